@@ -1,0 +1,50 @@
+/*
+ * Ferry extensions to the NCCL API. Include after (or instead of) nccl.h.
+ *
+ * On the host runtime (no GPU, or FERRY_RUNTIME=host) "device" buffers are
+ * ordinary host memory and streams are Ferry's emulated streams: create them
+ * here, pass them as cudaStream_t, and synchronize here. A NULL stream means
+ * the call (or the whole group) completes before it returns.
+ * On the CUDA runtime these functions act on real CUDA streams/devices.
+ *
+ * The symbols carry the `ncclFerry` prefix so the library exports nothing
+ * outside the nccl* namespace.
+ */
+#ifndef FERRY_H_
+#define FERRY_H_
+
+#include "nccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which runtime a new communicator in this process would use. */
+typedef enum { ncclFerryRuntimeHost = 0, ncclFerryRuntimeCuda = 1 } ncclFerryRuntime_t;
+ncclResult_t ncclFerryGetRuntime(ncclFerryRuntime_t* kind);
+
+/* Device selection for the calling thread (CUDA: cudaSetDevice). */
+ncclResult_t ncclFerrySetDevice(int device);
+ncclResult_t ncclFerryGetDevice(int* device);
+ncclResult_t ncclFerryGetDeviceCount(int* count);
+
+/* Streams of the selected runtime. */
+ncclResult_t ncclFerryStreamCreate(cudaStream_t* stream);
+ncclResult_t ncclFerryStreamSynchronize(cudaStream_t stream);
+ncclResult_t ncclFerryStreamDestroy(cudaStream_t stream);
+
+/* NUL-terminated description of the communicator's ranks, devices, links and
+ * ring (truncated to len bytes). */
+ncclResult_t ncclFerryCommDescribe(ncclComm_t comm, char* buf, size_t len);
+
+/* Blocking, collective helpers over the communicator's bootstrap network, on
+ * host memory. For setup and tests, not for data traffic: they are slow.
+ * data holds nranks slots of bytesPerRank; the caller's slot is filled. */
+ncclResult_t ncclFerryBootstrapAllGather(ncclComm_t comm, void* data, size_t bytesPerRank);
+ncclResult_t ncclFerryBootstrapBarrier(ncclComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_H_ */

@@ -1,0 +1,33 @@
+#include "api/api.h"
+
+namespace ferry {
+
+Status commFromHandle(ncclComm_t handle, const char* fn, Communicator** out) {
+  if (handle == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: comm is NULL", fn);
+  if (handle->magic != ncclComm::kMagic || handle->impl == nullptr) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: comm %p is not a live communicator (destroyed?)", fn,
+               static_cast<void*>(handle));
+  }
+  *out = handle->impl.get();
+  return ncclSuccess;
+}
+
+Status readyComm(ncclComm_t handle, const char* fn, Communicator** out) {
+  FERRY_CHECK(commFromHandle(handle, fn, out));
+  Status s = (*out)->asyncError();
+  if (s == ncclInProgress) {
+    FERRY_FAIL(ncclInvalidUsage, "%s: communicator is still initializing; poll "
+               "ncclCommGetAsyncError until it returns ncclSuccess", fn);
+  }
+  if (s != ncclSuccess) {
+    FERRY_WARN("%s: communicator is in error state: %s", fn, statusString(s));
+    return s;
+  }
+  return ncclSuccess;
+}
+
+Status notYetImplemented(const char* fn) {
+  FERRY_FAIL(ncclInvalidUsage, "%s is not implemented yet in this Ferry version", fn);
+}
+
+}  // namespace ferry

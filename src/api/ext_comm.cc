@@ -1,0 +1,44 @@
+// Ferry extensions on communicators (include/ferry.h).
+#include <cstring>
+#include <string>
+
+#include "api/api.h"
+#include "ferry.h"
+
+using namespace ferry;
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommDescribe(ncclComm_t comm, char* buf,
+                                                            size_t len) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    FERRY_CHECK(readyComm(comm, __func__, &c));
+    if (buf == nullptr || len == 0) FERRY_FAIL(ncclInvalidArgument, "%s: empty buffer", __func__);
+    std::string text = describeTopology(c->topology());
+    size_t n = text.size() < len - 1 ? text.size() : len - 1;
+    memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+    return ncclSuccess;
+  });
+}
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclFerryBootstrapAllGather(ncclComm_t comm, void* data,
+                                                                  size_t bytesPerRank) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    FERRY_CHECK(readyComm(comm, __func__, &c));
+    if (data == nullptr && bytesPerRank > 0) {
+      FERRY_FAIL(ncclInvalidArgument, "%s: data is NULL", __func__);
+    }
+    LogRankScope scope(c->rank());
+    return c->bootstrap()->allGather(data, bytesPerRank);
+  });
+}
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclFerryBootstrapBarrier(ncclComm_t comm) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    FERRY_CHECK(readyComm(comm, __func__, &c));
+    LogRankScope scope(c->rank());
+    return c->bootstrap()->barrier();
+  });
+}

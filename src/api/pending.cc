@@ -1,0 +1,72 @@
+// Functions whose implementation belongs to a later issue. Each validates what
+// it can cheaply and answers ncclInvalidUsage with a WARN naming itself, so a
+// program learns exactly what it called rather than getting a silent no-op.
+#include "api/api.h"
+
+using namespace ferry;
+
+#define FERRY_PENDING(ret, name, params)                                                 \
+  extern "C" FERRY_VISIBLE ret name params {                                             \
+    return apiGuard(#name, []() { return notYetImplemented(#name); });                   \
+  }                                                                                      \
+  FERRY_PNCCL_ALIAS(ret, name, params)
+
+FERRY_PENDING(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
+FERRY_PENDING(ncclResult_t, ncclMemFree, (void* ptr))
+FERRY_PENDING(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
+FERRY_PENDING(ncclResult_t, ncclCommShrink,
+              (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+               ncclConfig_t* config, int shrinkFlags))
+FERRY_PENDING(ncclResult_t, ncclCommInitRankScalable,
+              (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+               ncclConfig_t* config))
+FERRY_PENDING(ncclResult_t, ncclCommRegister,
+              (const ncclComm_t comm, void* buff, size_t size, void** handle))
+FERRY_PENDING(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
+FERRY_PENDING(ncclResult_t, ncclCommWindowRegister,
+              (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
+FERRY_PENDING(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
+FERRY_PENDING(ncclResult_t, ncclRedOpCreatePreMulSum,
+              (ncclRedOp_t * op, void* scalar, ncclDataType_t datatype,
+               ncclScalarResidence_t residence, ncclComm_t comm))
+FERRY_PENDING(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
+FERRY_PENDING(ncclResult_t, ncclReduce,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclBcast,
+              (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+               cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclBroadcast,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclAllReduce,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclReduceScatter,
+              (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclAllGather,
+              (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+               ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclAlltoAll,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+               ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclGather,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclScatter,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclSend,
+              (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+               ncclComm_t comm, cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclRecv,
+              (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+               cudaStream_t stream))
+FERRY_PENDING(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))
+
+// NCCL's device API (nccl_device.h) entry points that PyTorch links. Ferry has
+// no device-side API; the types are opaque here, the C ABI only needs pointers.
+FERRY_PENDING(ncclResult_t, ncclDevCommCreate,
+              (ncclComm_t comm, const void* requirements, void* outDevComm))
+FERRY_PENDING(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const void* devComm))

@@ -1,0 +1,99 @@
+#include "comm/communicator.h"
+
+#include <chrono>
+
+namespace ferry {
+
+Communicator::Communicator(Params params, CommConfig config, rt::Runtime* runtime, int nranks,
+                           int rank, int device)
+    : params_(std::move(params)),
+      config_(std::move(config)),
+      runtime_(runtime),
+      nranks_(nranks),
+      rank_(rank),
+      device_(device) {}
+
+Communicator::~Communicator() {
+  abort();
+  joinInit();
+}
+
+Status Communicator::runInit(const ncclUniqueId& id) {
+  LogRankScope scope(rank_);
+  auto start = std::chrono::steady_clock::now();
+  Status s = initSteps(id);
+  if (s == ncclSuccess) {
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count();
+    FERRY_INFO(kLogInit, "comm %p rank %d nranks %d device %d (%s) - Init COMPLETE in %.1f ms",
+               static_cast<void*>(this), rank_, nranks_, device_,
+               topology_.peers[rank_].busId, ms);
+  } else {
+    FERRY_WARN("rank %d of %d: communicator init failed: %s", rank_, nranks_, statusString(s));
+  }
+  publishInitResult(s);
+  return s;
+}
+
+void Communicator::publishInitResult(Status s) {
+  // Release: everything init wrote (topology, bootstrap) is visible to any
+  // thread that acquires asyncError_ and sees the final value.
+  asyncError_.store(s, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(initMu_);
+  initRunning_ = false;
+  // Notified under the lock: a waiter in abort() may free this object as soon
+  // as it gets the lock, so nothing here touches *this after the unlock.
+  initCv_.notify_all();
+}
+
+Status Communicator::initSteps(const ncclUniqueId& id) {
+  // Init may run on a group or init thread: bind it to the rank's device.
+  FERRY_CHECK(runtime_->setDevice(device_));
+  std::string busId;
+  FERRY_CHECK(runtime_->pciBusId(device_, &busId));
+
+  boot::BootstrapOptions opts = boot::BootstrapOptions::fromParams(params_);
+  opts.abortFlag = &abortFlag_;
+  FERRY_CHECK(boot::Bootstrap::create(id, rank_, nranks_, opts, &bootstrap_));
+
+  std::vector<PeerInfo> peers(nranks_);
+  FERRY_CHECK(fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId,
+                                &peers[rank_]));
+  FERRY_CHECK(bootstrap_->allGather(peers.data(), sizeof(PeerInfo)));
+  FERRY_CHECK(buildTopology(peers, rank_, &topology_));
+  FERRY_INFO(kLogInit, "runtime %s, %s", rt::runtimeKindName(runtime_->kind()),
+             describeTopology(topology_).c_str());
+  // Nobody leaves init before everyone has validated the peer table, so a
+  // rank that rejects it (duplicate device ...) fails the others' init too
+  // instead of leaving them with a communicator nobody else has.
+  FERRY_CHECK(bootstrap_->barrier());
+  return ncclSuccess;
+}
+
+void Communicator::startInitThread(std::function<void()> job) {
+  initThread_ = std::thread(std::move(job));
+}
+
+void Communicator::abort() {
+  // Release: pairs with the acquire loads in every bootstrap wait loop.
+  abortFlag_.store(true, std::memory_order_release);
+  waitInit();
+}
+
+void Communicator::waitInit() {
+  std::unique_lock<std::mutex> lock(initMu_);
+  initCv_.wait(lock, [this]() { return !initRunning_; });
+}
+
+void Communicator::joinInit() {
+  if (initThread_.joinable()) initThread_.join();
+}
+
+Status Communicator::finalize() {
+  Status s = asyncError();
+  if (s != ncclSuccess) return s;
+  finalized_ = true;
+  return ncclSuccess;
+}
+
+}  // namespace ferry

@@ -1,0 +1,116 @@
+// Communicator: owns everything one rank of one communicator uses (DESIGN.md
+// layer 2): its config and param snapshot, the runtime it runs on, the
+// bootstrap, the peer table and topology. Layers added later (proxy
+// connections, transports, kernel plans) hang off it too.
+//
+// Lifetime: created by the API (ncclCommInitRank*, ncclCommSplit), freed only
+// by ncclCommDestroy / ncclCommAbort. The handle is published to the user
+// before init finishes (as NCCL does), so abort() may be called from another
+// thread while init runs; it makes init return promptly and waits for it.
+//
+// Threading: init runs on the caller's thread (blocking) or on an owned init
+// thread (non-blocking). abort(), asyncError() are safe from any thread; the
+// rest follow NCCL's rule of one thread at a time per communicator.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "comm/config.h"
+#include "core/params.h"
+#include "core/status.h"
+#include "runtime/runtime.h"
+#include "topo/topology.h"
+
+namespace ferry {
+
+class Communicator {
+ public:
+  Communicator(Params params, CommConfig config, rt::Runtime* runtime, int nranks, int rank,
+               int device);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // A communicator is born "initializing"; exactly one of runInit,
+  // startInitThread or failInit must follow, or abort()/destroy would wait.
+  //
+  // Runs the collective init (bootstrap, peer exchange, topology). Stores the
+  // outcome as the async error and signals waiters. Called once.
+  [[nodiscard]] Status runInit(const ncclUniqueId& id);
+  // Runs `job` (which must end in runInit or failInit) on an owned thread,
+  // for non-blocking communicators.
+  void startInitThread(std::function<void()> job);
+
+  // Ends an init that will never run (e.g. its group failed first).
+  void failInit(Status s) { publishInitResult(s); }
+
+  // Sets the abort flag (every bootstrap wait returns within ~100 ms) and
+  // waits until init, if running, has returned.
+  void abort();
+  // Waits until init (on any thread) has returned, without aborting it.
+  void waitInit();
+  // Joins an init thread; no-op otherwise.
+  void joinInit();
+
+  // ncclInProgress while init runs, then its result (or a later async error).
+  Status asyncError() const { return asyncError_.load(std::memory_order_acquire); }
+  bool ready() const { return asyncError() == ncclSuccess; }
+
+  // Marks the communicator finalized (no more operations accepted).
+  [[nodiscard]] Status finalize();
+  bool finalized() const { return finalized_; }
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  int device() const { return device_; }
+  const CommConfig& config() const { return config_; }
+  const Params& params() const { return params_; }
+  const Topology& topology() const { return topology_; }
+  rt::Runtime* runtime() const { return runtime_; }
+  boot::Bootstrap* bootstrap() const { return bootstrap_.get(); }
+  const std::atomic<bool>* abortFlag() const { return &abortFlag_; }
+  uint64_t nextSplitTag() { return splitCount_++; }
+
+ private:
+  [[nodiscard]] Status initSteps(const ncclUniqueId& id);
+  void publishInitResult(Status s);
+
+  const Params params_;
+  const CommConfig config_;
+  rt::Runtime* const runtime_;  // process-wide singleton, not owned
+  const int nranks_;
+  const int rank_;
+  const int device_;
+  std::unique_ptr<boot::Bootstrap> bootstrap_;
+  Topology topology_;
+  bool finalized_ = false;
+  uint64_t splitCount_ = 0;
+
+  // Written by whoever finishes init (release); read by any thread (acquire).
+  std::atomic<Status> asyncError_{ncclInProgress};
+  // Set (release) by abort() from any thread; read (acquire) by every wait.
+  std::atomic<bool> abortFlag_{false};
+
+  std::mutex initMu_;
+  std::condition_variable initCv_;
+  bool initRunning_ = true;  // guarded by initMu_; cleared when init ends
+  std::thread initThread_;
+};
+
+}  // namespace ferry
+
+// The opaque handle users hold. The magic catches use of a destroyed or
+// foreign pointer in the common cases (it is cleared on destroy).
+struct ncclComm {
+  static constexpr uint64_t kMagic = 0x46455252594d4d43ULL;  // "FERRYMMC"
+  uint64_t magic = kMagic;
+  std::unique_ptr<ferry::Communicator> impl;
+};

@@ -1,0 +1,100 @@
+#include "comm/config.h"
+
+#include <cstddef>
+#include <cstring>
+
+namespace ferry {
+namespace {
+
+// True when the user's struct (of c->size bytes) contains field f.
+#define FERRY_CFG_HAS(c, f) ((c)->size >= offsetof(ncclConfig_t, f) + sizeof((c)->f))
+
+Status takeInt(bool present, int value, const char* name, int lo, int hi,
+               int* out) {
+  if (!present || value == NCCL_CONFIG_UNDEF_INT) return ncclSuccess;
+  if (value < lo || value > hi) {
+    FERRY_FAIL(ncclInvalidArgument, "config.%s = %d is out of range [%d, %d]", name, value, lo,
+               hi);
+  }
+  *out = value;
+  return ncclSuccess;
+}
+
+Status takeBool(bool present, int value, const char* name, bool* out) {
+  int v = *out ? 1 : 0;
+  FERRY_CHECK(takeInt(present, value, name, 0, 1, &v));
+  *out = v != 0;
+  return ncclSuccess;
+}
+
+Status checkHeader(const ncclConfig_t* c) {
+  // The first three fields exist in every config version.
+  constexpr size_t kHeader = offsetof(ncclConfig_t, version) + sizeof(unsigned int);
+  if (c->size < kHeader || c->size > (1u << 20)) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "config.size = %zu is invalid; initialize configs with NCCL_CONFIG_INITIALIZER",
+               c->size);
+  }
+  if (c->magic != kConfigMagic) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "config.magic = 0x%x is invalid; initialize configs with NCCL_CONFIG_INITIALIZER",
+               c->magic);
+  }
+  if (c->version < 21400 || c->version > 99999) {
+    FERRY_FAIL(ncclInvalidArgument, "config.version = %u is not an NCCL version code", c->version);
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+CommConfig defaultConfig(const Params& params) {
+  CommConfig c;
+  c.blocking = params.getInt(ParamId::CommBlocking) != 0;
+  return c;
+}
+
+Status resolveConfig(const ncclConfig_t* user, const CommConfig& base, CommConfig* out) {
+  CommConfig c = base;
+  if (user == nullptr) {
+    *out = c;
+    return ncclSuccess;
+  }
+  FERRY_CHECK(checkHeader(user));
+  // Read only the bytes the user's (possibly older, smaller) struct has; the
+  // rest stay "undefined" and take defaults.
+  ncclConfig_t local = NCCL_CONFIG_INITIALIZER;
+  memcpy(&local, user, user->size < sizeof(local) ? user->size : sizeof(local));
+  user = &local;
+  FERRY_CHECK(takeBool(FERRY_CFG_HAS(user, blocking), user->blocking, "blocking", &c.blocking));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, cgaClusterSize), user->cgaClusterSize,
+                      "cgaClusterSize", 0, 8, &c.cgaClusterSize));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, minCTAs), user->minCTAs, "minCTAs", 1, 64, &c.minCTAs));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, maxCTAs), user->maxCTAs, "maxCTAs", 1, 64, &c.maxCTAs));
+  if (c.minCTAs > c.maxCTAs) {
+    FERRY_FAIL(ncclInvalidArgument, "config.minCTAs (%d) > config.maxCTAs (%d)", c.minCTAs,
+               c.maxCTAs);
+  }
+  if (FERRY_CFG_HAS(user, netName) && user->netName != nullptr) c.netName = user->netName;
+  FERRY_CHECK(takeBool(FERRY_CFG_HAS(user, splitShare), user->splitShare, "splitShare",
+                       &c.splitShare));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, trafficClass), user->trafficClass, "trafficClass",
+                      0, 255, &c.trafficClass));
+  if (FERRY_CFG_HAS(user, commName) && user->commName != nullptr) c.commName = user->commName;
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, collnetEnable), user->collnetEnable,
+                      "collnetEnable", 0, 1, &c.collnetEnable));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, CTAPolicy), user->CTAPolicy, "CTAPolicy", 0, 2,
+                      &c.ctaPolicy));
+  FERRY_CHECK(takeBool(FERRY_CFG_HAS(user, shrinkShare), user->shrinkShare, "shrinkShare",
+                       &c.shrinkShare));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, nvlsCTAs), user->nvlsCTAs, "nvlsCTAs", 0, 64,
+                      &c.nvlsCTAs));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, nChannelsPerNetPeer), user->nChannelsPerNetPeer,
+                      "nChannelsPerNetPeer", 0, 64, &c.nChannelsPerNetPeer));
+  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, nvlinkCentricSched), user->nvlinkCentricSched,
+                      "nvlinkCentricSched", 0, 1, &c.nvlinkCentricSched));
+  *out = c;
+  return ncclSuccess;
+}
+
+}  // namespace ferry

@@ -1,0 +1,87 @@
+#include "comm/group.h"
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace ferry {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<GroupJob> jobs;
+};
+
+thread_local GroupState tlsGroup;
+
+// Starts a job on its communicator's own thread; the communicator reports
+// the outcome through ncclCommGetAsyncError.
+void startInBackground(GroupJob& job) {
+  auto run = std::move(job.run);
+  job.comm->startInitThread([run]() { (void)run(); });
+}
+
+// Runs blocking jobs concurrently (each rank's init waits for the others, so
+// they cannot run one after another) and returns the first failure.
+Status runConcurrently(std::vector<GroupJob>& jobs) {
+  if (jobs.size() == 1) return jobs[0].run();
+  std::vector<Status> results(jobs.size(), ncclSuccess);
+  std::vector<std::thread> threads;
+  threads.reserve(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    threads.emplace_back([&jobs, &results, i]() { results[i] = jobs[i].run(); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (Status s : results) {
+    if (s != ncclSuccess) return s;
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+int groupDepth() { return tlsGroup.depth; }
+
+Status groupStart() {
+  ++tlsGroup.depth;
+  return ncclSuccess;
+}
+
+Status groupEnd() {
+  GroupState& g = tlsGroup;
+  if (g.depth == 0) {
+    FERRY_FAIL(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
+  }
+  if (--g.depth > 0) return ncclSuccess;
+  std::vector<GroupJob> jobs = std::move(g.jobs);
+  g.jobs.clear();
+  std::vector<GroupJob> blocking;
+  bool anyBackground = false;
+  for (GroupJob& job : jobs) {
+    if (job.blocking) {
+      blocking.push_back(std::move(job));
+    } else {
+      startInBackground(job);
+      anyBackground = true;
+    }
+  }
+  Status s = blocking.empty() ? ncclSuccess : runConcurrently(blocking);
+  if (s != ncclSuccess) return s;
+  return anyBackground ? ncclInProgress : ncclSuccess;
+}
+
+Status groupSubmit(GroupJob job) {
+  if (tlsGroup.depth > 0) {
+    tlsGroup.jobs.push_back(std::move(job));
+    return ncclSuccess;
+  }
+  if (!job.blocking) {
+    startInBackground(job);
+    return ncclInProgress;
+  }
+  return job.run();
+}
+
+}  // namespace ferry

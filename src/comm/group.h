@@ -1,0 +1,36 @@
+// ncclGroupStart/End bookkeeping (thread-local, nestable, as in NCCL).
+//
+// Inside a group, communicator inits are deferred to the outermost
+// ncclGroupEnd, which runs them concurrently (one process may init several
+// ranks of one communicator, e.g. ncclCommInitAll). Later issues add
+// collective and p2p tasks to the same group state.
+//
+// Threading: each thread has its own group state.
+#pragma once
+
+#include <functional>
+
+#include "core/status.h"
+
+namespace ferry {
+
+class Communicator;
+
+struct GroupJob {
+  Communicator* comm = nullptr;  // the communicator whose init this job ends
+  bool blocking = true;
+  std::function<Status()> run;   // must end in comm->runInit or comm->failInit
+};
+
+[[nodiscard]] Status groupStart();
+// Ends one nesting level; at the outermost, runs every deferred job.
+// Returns ncclInProgress when a non-blocking communicator's job was started
+// in the background.
+[[nodiscard]] Status groupEnd();
+int groupDepth();
+
+// Runs `job` now (outside a group: on this thread when blocking, on the
+// communicator's init thread when not) or defers it to the group's end.
+[[nodiscard]] Status groupSubmit(GroupJob job);
+
+}  // namespace ferry

@@ -1,0 +1,187 @@
+#include "core/log.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <strings.h>
+
+#include "core/env.h"
+
+namespace ferry {
+namespace {
+
+thread_local int tlsRank = -1;
+
+struct LoggerState {
+  std::mutex mu;
+  bool loaded = false;
+  LogConfig config;
+  FILE* out = nullptr;  // owned when config.file is set
+  std::string lastWarn;
+  char host[64] = {0};
+};
+
+LoggerState& state() {
+  // Leaked on purpose: logging must work during static destruction.
+  static LoggerState* s = new LoggerState();
+  return *s;
+}
+
+struct SubsysName {
+  const char* name;
+  uint32_t bit;
+};
+constexpr SubsysName kSubsysNames[] = {
+    {"INIT", kLogInit},   {"COLL", kLogColl},       {"P2P", kLogP2p},
+    {"SHM", kLogShm},     {"NET", kLogNet},         {"GRAPH", kLogGraph},
+    {"TUNING", kLogTuning}, {"ENV", kLogEnv},       {"ALLOC", kLogAlloc},
+    {"CALL", kLogCall},   {"PROXY", kLogProxy},     {"NVLS", kLogNvls},
+    {"BOOTSTRAP", kLogBootstrap}, {"REG", kLogReg}, {"PROFILE", kLogProfile},
+    {"RAS", kLogRas},     {"ALL", kLogAll},
+};
+
+// Caller holds s.mu.
+void loadLocked(LoggerState& s) {
+  s.config = LogConfig{};
+  s.config.level = parseLogLevel(envString("NCCL_DEBUG").c_str());
+  std::string subsys = envString("NCCL_DEBUG_SUBSYS");
+  if (!subsys.empty()) s.config.subsysMask = parseLogSubsys(subsys.c_str());
+  s.config.file = envString("NCCL_DEBUG_FILE");
+  if (s.out != nullptr && s.out != stderr) fclose(s.out);
+  s.out = stderr;
+  if (!s.config.file.empty()) {
+    std::string name = expandLogFileName(s.config.file);
+    FILE* f = fopen(name.c_str(), "a");
+    if (f != nullptr) {
+      setvbuf(f, nullptr, _IOLBF, 0);
+      s.out = f;
+    }
+  }
+  gethostname(s.host, sizeof(s.host) - 1);
+  char* dot = strchr(s.host, '.');
+  if (dot != nullptr) *dot = '\0';
+  s.loaded = true;
+}
+
+}  // namespace
+
+LogLevel parseLogLevel(const char* s) {
+  if (s == nullptr || *s == '\0') return LogLevel::None;
+  if (strcasecmp(s, "VERSION") == 0) return LogLevel::Version;
+  if (strcasecmp(s, "WARN") == 0) return LogLevel::Warn;
+  if (strcasecmp(s, "INFO") == 0) return LogLevel::Info;
+  if (strcasecmp(s, "TRACE") == 0) return LogLevel::Trace;
+  // NCCL accepts ABORT as WARN-level; anything else silences the logger.
+  if (strcasecmp(s, "ABORT") == 0) return LogLevel::Warn;
+  return LogLevel::None;
+}
+
+uint32_t parseLogSubsys(const char* s) {
+  if (s == nullptr) return 0;
+  bool invert = (*s == '^');
+  if (invert) ++s;
+  uint32_t mask = 0;
+  std::string token;
+  auto flush = [&]() {
+    for (const SubsysName& n : kSubsysNames) {
+      if (!token.empty() && strcasecmp(token.c_str(), n.name) == 0) mask |= n.bit;
+    }
+    token.clear();
+  };
+  for (; *s != '\0'; ++s) {
+    if (*s == ',') {
+      flush();
+    } else if (*s != ' ') {
+      token.push_back(*s);
+    }
+  }
+  flush();
+  return invert ? ~mask : mask;
+}
+
+std::string expandLogFileName(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      char c = pattern[i + 1];
+      if (c == 'h') {
+        char host[64] = {0};
+        gethostname(host, sizeof(host) - 1);
+        out += host;
+        ++i;
+        continue;
+      }
+      if (c == 'p') {
+        out += std::to_string(getpid());
+        ++i;
+        continue;
+      }
+      if (c == '%') {
+        out += '%';
+        ++i;
+        continue;
+      }
+    }
+    out += pattern[i];
+  }
+  return out;
+}
+
+void reloadLogConfig() {
+  LoggerState& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  loadLocked(s);
+}
+
+bool logEnabled(LogLevel level, uint32_t subsys) {
+  LoggerState& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.loaded) loadLocked(s);
+  if (static_cast<int>(level) > static_cast<int>(s.config.level)) return false;
+  if (level >= LogLevel::Info && (s.config.subsysMask & subsys) == 0) return false;
+  return true;
+}
+
+void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt,
+                ...) {
+  char body[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(body, sizeof(body), fmt, ap);
+  va_end(ap);
+
+  LoggerState& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.loaded) loadLocked(s);
+  if (level == LogLevel::Warn) s.lastWarn = body;
+  if (static_cast<int>(level) > static_cast<int>(s.config.level)) return;
+  if (level >= LogLevel::Info && (s.config.subsysMask & subsys) == 0) return;
+
+  const char* tag = level == LogLevel::Warn ? "WARN" : level == LogLevel::Trace ? "TRACE" : "INFO";
+  long tid = syscall(SYS_gettid);
+  char rank[16] = "";
+  if (tlsRank >= 0) snprintf(rank, sizeof(rank), " [%d]", tlsRank);
+  if (level == LogLevel::Warn || level == LogLevel::Trace) {
+    const char* base = strrchr(file, '/');
+    fprintf(s.out, "%s:%d:%ld%s NCCL %s %s:%d %s\n", s.host, getpid(), tid, rank, tag,
+            base ? base + 1 : file, line, body);
+  } else {
+    fprintf(s.out, "%s:%d:%ld%s NCCL %s %s\n", s.host, getpid(), tid, rank, tag, body);
+  }
+  fflush(s.out);
+}
+
+std::string lastWarning() {
+  LoggerState& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.lastWarn;
+}
+
+LogRankScope::LogRankScope(int rank) : saved_(tlsRank) { tlsRank = rank; }
+LogRankScope::~LogRankScope() { tlsRank = saved_; }
+
+}  // namespace ferry

@@ -1,0 +1,91 @@
+// The one logger. Semantics follow NCCL_DEBUG so existing user habits work:
+//   NCCL_DEBUG        = VERSION | WARN | INFO | TRACE   (unset: nothing but errors
+//                       returned to the caller; WARN lines are kept for
+//                       ncclGetLastError either way)
+//   NCCL_DEBUG_SUBSYS = comma list of INIT,COLL,P2P,SHM,NET,GRAPH,TUNING,ENV,ALLOC,
+//                       CALL,PROXY,NVLS,BOOTSTRAP,REG,PROFILE,RAS,ALL; a leading '^'
+//                       inverts the selection. Default INIT,BOOTSTRAP,ENV.
+//   NCCL_DEBUG_FILE   = path; %h expands to the hostname, %p to the pid.
+// Every line is prefixed "host:pid:tid [rank] NCCL <LEVEL> ". The rank is a
+// thread-local set with LogRankScope by whoever acts for a communicator.
+//
+// Threading: all functions are thread-safe; lines are written whole.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+
+enum class LogLevel : int { None = 0, Version = 1, Warn = 2, Info = 3, Trace = 4 };
+
+enum LogSubsys : uint32_t {
+  kLogInit = 1u << 0,
+  kLogColl = 1u << 1,
+  kLogP2p = 1u << 2,
+  kLogShm = 1u << 3,
+  kLogNet = 1u << 4,
+  kLogGraph = 1u << 5,
+  kLogTuning = 1u << 6,
+  kLogEnv = 1u << 7,
+  kLogAlloc = 1u << 8,
+  kLogCall = 1u << 9,
+  kLogProxy = 1u << 10,
+  kLogNvls = 1u << 11,
+  kLogBootstrap = 1u << 12,
+  kLogReg = 1u << 13,
+  kLogProfile = 1u << 14,
+  kLogRas = 1u << 15,
+  kLogAll = ~0u,
+};
+
+// Parsed logger settings; exposed for unit tests of the parsers.
+struct LogConfig {
+  LogLevel level = LogLevel::None;
+  uint32_t subsysMask = kLogInit | kLogBootstrap | kLogEnv;
+  std::string file;  // empty: stderr
+};
+LogLevel parseLogLevel(const char* s);
+uint32_t parseLogSubsys(const char* s);
+std::string expandLogFileName(const std::string& pattern);
+
+// True when a line at this level/subsystem would be printed.
+bool logEnabled(LogLevel level, uint32_t subsys);
+
+void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+// The last WARN text of this process (ncclGetLastError).
+std::string lastWarning();
+
+// Re-read NCCL_DEBUG* (used at communicator init and by tests).
+void reloadLogConfig();
+
+// Sets this thread's rank for log prefixes for the scope's lifetime.
+class LogRankScope {
+ public:
+  explicit LogRankScope(int rank);
+  ~LogRankScope();
+  LogRankScope(const LogRankScope&) = delete;
+  LogRankScope& operator=(const LogRankScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace ferry
+
+#define FERRY_WARN(...) \
+  ::ferry::logMessage(::ferry::LogLevel::Warn, ::ferry::kLogAll, __FILE__, __LINE__, __VA_ARGS__)
+#define FERRY_INFO(subsys, ...)                                                          \
+  do {                                                                                   \
+    if (::ferry::logEnabled(::ferry::LogLevel::Info, (subsys)))                          \
+      ::ferry::logMessage(::ferry::LogLevel::Info, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define FERRY_TRACE(subsys, ...)                                                          \
+  do {                                                                                    \
+    if (::ferry::logEnabled(::ferry::LogLevel::Trace, (subsys)))                          \
+      ::ferry::logMessage(::ferry::LogLevel::Trace, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define FERRY_LOG_CALL_FAILURE(status, what) \
+  FERRY_INFO(::ferry::kLogCall, "%s failed: %s", (what), ::ferry::statusString(status))

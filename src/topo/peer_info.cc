@@ -1,0 +1,65 @@
+#include "topo/peer_info.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace ferry {
+namespace {
+
+// 64-bit FNV-1a: stable across processes and builds (std::hash is not).
+uint64_t fnv1a(const std::string& s, uint64_t h = 0xcbf29ce484222325ULL) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string readFirstLine(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
+
+std::string hostName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+}  // namespace
+
+uint64_t localHostHash() {
+  return fnv1a(hostName() + "|" + readFirstLine("/proc/sys/kernel/random/boot_id"));
+}
+
+uint64_t localPidHash() {
+  // Two containers on one host can reuse a pid; the namespace inode tells them apart.
+  struct stat st {};
+  uint64_t ns = (stat("/proc/self/ns/pid", &st) == 0) ? static_cast<uint64_t>(st.st_ino) : 0;
+  return fnv1a(std::to_string(ns) + ":" + std::to_string(getpid()), localHostHash());
+}
+
+Status fillLocalPeerInfo(int rank, int device, int runtimeKind, const std::string& busId,
+                         PeerInfo* out) {
+  PeerInfo info;
+  memset(&info, 0, sizeof(info));
+  info.version = kPeerInfoVersion;
+  info.rank = rank;
+  info.device = device;
+  info.runtimeKind = runtimeKind;
+  info.hostHash = localHostHash();
+  info.pidHash = localPidHash();
+  info.pid = getpid();
+  snprintf(info.busId, sizeof(info.busId), "%s", busId.c_str());
+  snprintf(info.hostname, sizeof(info.hostname), "%s", hostName().c_str());
+  *out = info;
+  return ncclSuccess;
+}
+
+}  // namespace ferry

@@ -1,0 +1,17 @@
+# The communicator suite of tests/multiproc/api.cmake on the CUDA runtime:
+# 2 ranks, one GPU each, and CommInitAll over 2 devices. Skipped (not passed)
+# without enough GPUs.
+function(ferry_gpu_api_test name nranks ngpus case)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh ${ngpus}
+            $<TARGET_FILE:ferry-run> -n ${nranks} --runtime cuda --timeout 240
+            $<TARGET_FILE:mp_api> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77 ${ARGN})
+endfunction()
+
+foreach(case init split nonblocking abort)
+  ferry_gpu_api_test(gpu.api.${case}.n2 2 2 ${case})
+endforeach()
+ferry_gpu_api_test(gpu.api.badargs.n1 1 1 badargs)
+ferry_gpu_api_test(gpu.api.initall.n1 1 2 initall)
+ferry_gpu_api_test(gpu.api.missing.n2 2 2 missing ENVIRONMENT FERRY_BOOTSTRAP_TIMEOUT=2)

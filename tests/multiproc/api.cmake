@@ -1,0 +1,32 @@
+# ABI: the exported symbol table of libnccl.so.2 and libferry.so.
+add_test(NAME abi.symbols.libnccl
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/abi/check_symbols.sh $<TARGET_FILE:nccl> ${CMAKE_SOURCE_DIR})
+add_test(NAME abi.symbols.libferry
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/abi/check_symbols.sh $<TARGET_FILE:ferry> ${CMAKE_SOURCE_DIR})
+set_tests_properties(abi.symbols.libnccl abi.symbols.libferry PROPERTIES LABELS unit)
+
+# The public API across real processes on the host runtime, through ferry-run.
+add_executable(mp_api ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/api_cases.cc)
+target_include_directories(mp_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
+target_link_libraries(mp_api PRIVATE nccl ferry_test_common)
+
+function(ferry_api_test name nranks case)
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --runtime host --timeout 240
+            $<TARGET_FILE:mp_api> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 300 ${ARGN})
+endfunction()
+
+foreach(n 2 4 8)
+  ferry_api_test(api.init.n${n} ${n} init)
+  ferry_api_test(api.split.n${n} ${n} split)
+endforeach()
+foreach(n 1 2 4)
+  ferry_api_test(api.nonblocking.n${n} ${n} nonblocking)
+endforeach()
+ferry_api_test(api.split.n3 3 split)
+ferry_api_test(api.abort.n2 2 abort)
+ferry_api_test(api.badargs.n1 1 badargs)
+ferry_api_test(api.initall.n1 1 initall)
+ferry_api_test(api.missing.n2 2 missing ENVIRONMENT FERRY_BOOTSTRAP_TIMEOUT=2)
+ferry_api_test(api.duprank.n3 3 duprank ENVIRONMENT FERRY_BOOTSTRAP_TIMEOUT=5)
