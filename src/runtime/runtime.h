@@ -75,6 +75,10 @@ class Event {
 
 enum class WaitCondition : int { Geq = 0, Eq = 1 };
 
+// Destruction: CUDA returns at once and lets queued work finish in the
+// background; the host runtime drains queued work before returning. Either
+// way, memory used by queued work must outlive it. A wrapper from
+// wrapUserStream never destroys the underlying stream.
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -83,14 +87,22 @@ class Stream {
   [[nodiscard]] virtual Status copyAsync(void* dst, const void* src, size_t bytes) = 0;
   // Writes `value` to the 64-bit word at `addr` once prior work is done.
   // Ordering: the write is visible to host readers only after every prior
-  // operation on the stream has completed (release semantics).
+  // operation on the stream has completed (release semantics); readers load
+  // the word with acquire semantics. `addr` must be 8-byte aligned and, on
+  // CUDA, device-accessible: device memory or mapped pinned host memory
+  // (allocHost), never plain malloc'd memory.
   [[nodiscard]] virtual Status writeValue64(uint64_t* addr, uint64_t value) = 0;
-  // Later work on the stream waits until *addr satisfies the condition.
+  // Later work on the stream waits until *addr satisfies the condition. Geq
+  // is CUDA's cyclic comparison: (int64_t)(*addr - value) >= 0. Same address
+  // rules as writeValue64. Host runtime: a wait that lasts longer than its
+  // timeout fails the stream (sticky ncclSystemError) instead of hanging.
   [[nodiscard]] virtual Status waitValue64(uint64_t* addr, uint64_t value, WaitCondition c) = 0;
   // Later work waits for `event`.
   [[nodiscard]] virtual Status waitEvent(Event& event) = 0;
+  // Waits for all enqueued work; returns the stream's (sticky) error if any
+  // operation failed. Bounded: fails rather than waiting forever.
   [[nodiscard]] virtual Status synchronize() = 0;
-  // ncclSuccess when idle, ncclInProgress when busy.
+  // ncclSuccess when idle, ncclInProgress when busy, or the sticky error.
   [[nodiscard]] virtual Status query() = 0;
   // Opaque handle as users see it (cudaStream_t), for API-level matching.
   virtual void* nativeHandle() const = 0;
@@ -137,8 +149,9 @@ class Runtime {
   [[nodiscard]] virtual Status launch(const KernelLaunch& k, Stream& stream) = 0;
 
   // Wraps a user's stream handle (not owned; destroying the wrapper does not
-  // destroy the user's stream). Host runtime: handles from ferryStreamCreate,
-  // or NULL for "synchronous".
+  // destroy the user's stream). Host runtime: handles of streams made by createStream
+  // (e.g. through ncclFerryStreamCreate), or NULL for "synchronous"; any other
+  // handle is ncclInvalidArgument. CUDA: any cudaStream_t, NULL = legacy stream.
   [[nodiscard]] virtual Status wrapUserStream(void* handle, std::unique_ptr<Stream>* out) = 0;
 };
 

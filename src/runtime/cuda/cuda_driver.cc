@@ -1,0 +1,64 @@
+// The top-level CMake glob (GLOB_RECURSE src/runtime/*.cc) also picks up this
+// folder in builds without CUDA; the guard keeps such builds free of CUDA.
+#ifdef FERRY_WITH_CUDA
+
+#include "runtime/cuda/cuda_driver.h"
+
+#include <mutex>
+
+namespace ferry::rt::cuda {
+namespace {
+
+// The ABI version we ask for: CUDA 12.0 semantics (the _v2 stream memory
+// operations). Any 12.x or 13.x driver provides them.
+constexpr unsigned kDriverAbiVersion = 12000;
+
+template <typename Fn>
+Status resolve(const char* symbol, Fn* out) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t e =
+      cudaGetDriverEntryPointByVersion(symbol, &fn, kDriverAbiVersion, cudaEnableDefault, &found);
+  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    (void)cudaGetLastError();
+    FERRY_FAIL(ncclUnhandledCudaError,
+               "CUDA call cudaGetDriverEntryPointByVersion(%s) failed: %s (query result %d)",
+               symbol, cudaGetErrorString(e), static_cast<int>(found));
+  }
+  *out = reinterpret_cast<Fn>(fn);
+  return ncclSuccess;
+}
+
+Status load(DriverApi* api) {
+  FERRY_CHECK(resolve("cuStreamWriteValue64", &api->streamWriteValue64));
+  FERRY_CHECK(resolve("cuStreamWaitValue64", &api->streamWaitValue64));
+  FERRY_CHECK(resolve("cuMemGetAddressRange", &api->memGetAddressRange));
+  FERRY_CHECK(resolve("cuGetErrorString", &api->getErrorString));
+  return ncclSuccess;
+}
+
+DriverApi gApi;
+Status gStatus = ncclSuccess;
+std::once_flag gOnce;
+
+}  // namespace
+
+Status driverApi(const DriverApi** out) {
+  // call_once: the first caller resolves, concurrent callers wait for it.
+  std::call_once(gOnce, [] { gStatus = load(&gApi); });
+  if (gStatus != ncclSuccess) return gStatus;
+  *out = &gApi;
+  return ncclSuccess;
+}
+
+const char* driverErrorString(CUresult r) {
+  const char* text = nullptr;
+  if (gApi.getErrorString != nullptr && gApi.getErrorString(r, &text) == CUDA_SUCCESS && text) {
+    return text;
+  }
+  return "unknown CUDA driver error";
+}
+
+}  // namespace ferry::rt::cuda
+
+#endif  // FERRY_WITH_CUDA

@@ -1,0 +1,324 @@
+// The top-level CMake glob (GLOB_RECURSE src/runtime/*.cc) also picks up this
+// folder in builds without CUDA; the guard keeps such builds free of CUDA.
+#ifdef FERRY_WITH_CUDA
+
+#include "runtime/cuda/cuda_runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/fd.h"
+#include "runtime/cuda/cuda_driver.h"
+
+namespace ferry::rt {
+namespace {
+
+using cuda::DriverApi;
+using cuda::driverApi;
+using Clock = std::chrono::steady_clock;
+
+static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(IpcDescriptor::bytes),
+              "IpcDescriptor::bytes must hold a legacy CUDA IPC handle");
+
+// Longest a host thread waits in Event/Stream::synchronize before failing
+// (the GPU may be stuck on a stream wait that nobody will release).
+constexpr int64_t kSyncTimeoutMs = 600 * 1000;
+
+// Polls `isReady` (cudaSuccess = done, cudaErrorNotReady = not yet) instead of
+// blocking in cudaStreamSynchronize, so the wait is bounded: a short spin for
+// latency, then naps growing from 20us to 500us.
+template <typename Query>
+Status pollUntilReady(Query isReady, const char* what) {
+  auto start = Clock::now();
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    cudaError_t e = isReady();
+    if (e == cudaSuccess) return ncclSuccess;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      FERRY_FAIL(ncclUnhandledCudaError, "CUDA call %s failed: %s (%d)", what,
+                 cudaGetErrorString(e), static_cast<int>(e));
+    }
+    auto waited = Clock::now() - start;
+    if (waited > std::chrono::milliseconds(kSyncTimeoutMs)) {
+      FERRY_FAIL(ncclSystemError, "%s: not complete after %ld ms", what,
+                 static_cast<long>(kSyncTimeoutMs));
+    }
+    if (waited < std::chrono::microseconds(50)) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(500));
+  }
+}
+
+Status queryStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return ncclSuccess;
+  if (e == cudaErrorNotReady) return ncclInProgress;
+  (void)cudaGetLastError();
+  FERRY_FAIL(ncclUnhandledCudaError, "CUDA call %s failed: %s (%d)", what, cudaGetErrorString(e),
+             static_cast<int>(e));
+}
+
+class CudaDeviceMemory final : public DeviceMemory {
+ public:
+  CudaDeviceMemory(void* p, size_t size) : p_(p), size_(size) {}
+  ~CudaDeviceMemory() override { (void)cudaFree(p_); }
+  void* ptr() const override { return p_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* p_;
+  size_t size_;
+};
+
+class CudaHostMemory final : public HostMemory {
+ public:
+  CudaHostMemory(void* p, size_t size) : p_(p), size_(size) {}
+  ~CudaHostMemory() override { (void)cudaFreeHost(p_); }
+  void* ptr() const override { return p_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* p_;
+  size_t size_;
+};
+
+class CudaIpcMapping final : public IpcMapping {
+ public:
+  CudaIpcMapping(void* base, size_t offset, size_t size)
+      : base_(base), offset_(offset), size_(size) {}
+  ~CudaIpcMapping() override { (void)cudaIpcCloseMemHandle(base_); }
+  void* ptr() const override { return static_cast<char*>(base_) + offset_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* base_;
+  size_t offset_;
+  size_t size_;
+};
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(cudaEvent_t e) : event_(e) {}
+  ~CudaEvent() override { (void)cudaEventDestroy(event_); }
+  Status record(Stream& stream) override {
+    FERRY_CUDA_TRY(cudaEventRecord(event_, static_cast<cudaStream_t>(stream.nativeHandle())));
+    return ncclSuccess;
+  }
+  Status query() override { return queryStatus(cudaEventQuery(event_), "cudaEventQuery"); }
+  Status synchronize() override {
+    return pollUntilReady([this] { return cudaEventQuery(event_); }, "event synchronize");
+  }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_;
+};
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(cudaStream_t s, bool owner) : stream_(s), owner_(owner) {}
+  ~CudaStream() override {
+    // Returns at once; CUDA finishes pending work in the background.
+    if (owner_) (void)cudaStreamDestroy(stream_);
+  }
+
+  Status copyAsync(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return ncclSuccess;
+    FERRY_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+    return ncclSuccess;
+  }
+
+  Status writeValue64(uint64_t* addr, uint64_t value) override {
+    const DriverApi* api = nullptr;
+    FERRY_CHECK(driverApi(&api));
+    // DEFAULT (not NO_MEMORY_BARRIER): the driver fences prior work before the
+    // write, which gives the release semantics runtime.h promises.
+    FERRY_CU_TRY(api->streamWriteValue64(stream(), reinterpret_cast<CUdeviceptr>(addr), value,
+                                         CU_STREAM_WRITE_VALUE_DEFAULT));
+    return ncclSuccess;
+  }
+
+  Status waitValue64(uint64_t* addr, uint64_t value, WaitCondition c) override {
+    const DriverApi* api = nullptr;
+    FERRY_CHECK(driverApi(&api));
+    unsigned flags = c == WaitCondition::Geq ? CU_STREAM_WAIT_VALUE_GEQ : CU_STREAM_WAIT_VALUE_EQ;
+    FERRY_CU_TRY(
+        api->streamWaitValue64(stream(), reinterpret_cast<CUdeviceptr>(addr), value, flags));
+    return ncclSuccess;
+  }
+
+  Status waitEvent(Event& event) override {
+    auto* e = dynamic_cast<CudaEvent*>(&event);
+    if (e == nullptr) FERRY_FAIL(ncclInvalidArgument, "waitEvent: not a CUDA event");
+    FERRY_CUDA_TRY(cudaStreamWaitEvent(stream_, e->get(), 0));
+    return ncclSuccess;
+  }
+
+  Status synchronize() override {
+    return pollUntilReady([this] { return cudaStreamQuery(stream_); }, "stream synchronize");
+  }
+  Status query() override { return queryStatus(cudaStreamQuery(stream_), "cudaStreamQuery"); }
+  void* nativeHandle() const override { return stream_; }
+
+ private:
+  CUstream stream() const { return reinterpret_cast<CUstream>(stream_); }
+  cudaStream_t stream_;
+  bool owner_;
+};
+
+class CudaRuntime final : public Runtime {
+ public:
+  RuntimeKind kind() const override { return RuntimeKind::Cuda; }
+  Status deviceCount(int* count) override;
+
+  Status currentDevice(int* device) override {
+    if (device == nullptr) FERRY_FAIL(ncclInvalidArgument, "currentDevice: null output");
+    FERRY_CUDA_TRY(cudaGetDevice(device));
+    return ncclSuccess;
+  }
+  Status setDevice(int device) override {
+    FERRY_CUDA_TRY(cudaSetDevice(device));
+    return ncclSuccess;
+  }
+  Status pciBusId(int device, std::string* busId) override;
+
+  Status allocDevice(size_t bytes, std::unique_ptr<DeviceMemory>* out) override {
+    if (bytes == 0 || out == nullptr) FERRY_FAIL(ncclInvalidArgument, "allocDevice: bad args");
+    void* p = nullptr;
+    FERRY_CUDA_TRY(cudaMalloc(&p, bytes));
+    *out = std::make_unique<CudaDeviceMemory>(p, bytes);
+    FERRY_INFO(kLogAlloc, "cuda runtime: device allocation %p, %zu bytes", p, bytes);
+    return ncclSuccess;
+  }
+  Status allocHost(size_t bytes, std::unique_ptr<HostMemory>* out) override {
+    if (bytes == 0 || out == nullptr) FERRY_FAIL(ncclInvalidArgument, "allocHost: bad args");
+    void* p = nullptr;
+    // Mapped + portable: usable by every device, and as a stream memory
+    // operation target (its UVA address is its device address).
+    FERRY_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    *out = std::make_unique<CudaHostMemory>(p, bytes);
+    return ncclSuccess;
+  }
+  Status exportIpc(const DeviceMemory& mem, IpcDescriptor* out) override;
+  Status importIpc(IpcDescriptor& desc, std::unique_ptr<IpcMapping>* out) override;
+
+  Status createStream(std::unique_ptr<Stream>* out) override {
+    if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "createStream: null output");
+    cudaStream_t s = nullptr;
+    FERRY_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = std::make_unique<CudaStream>(s, /*owner=*/true);
+    return ncclSuccess;
+  }
+  Status createEvent(std::unique_ptr<Event>* out) override {
+    if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "createEvent: null output");
+    cudaEvent_t e = nullptr;
+    FERRY_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *out = std::make_unique<CudaEvent>(e);
+    return ncclSuccess;
+  }
+  Status launch(const KernelLaunch& k, Stream& stream) override {
+    if (k.func == nullptr) FERRY_FAIL(ncclInvalidArgument, "launch: null kernel");
+    dim3 grid(k.grid[0], k.grid[1], k.grid[2]);
+    dim3 block(k.block[0], k.block[1], k.block[2]);
+    auto s = static_cast<cudaStream_t>(stream.nativeHandle());
+    FERRY_CUDA_TRY(cudaLaunchKernel(k.func, grid, block, k.args, k.sharedBytes, s));
+    return ncclSuccess;
+  }
+  Status wrapUserStream(void* handle, std::unique_ptr<Stream>* out) override {
+    if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "wrapUserStream: null output");
+    // NULL is the legacy default stream (we are not built per-thread).
+    *out = std::make_unique<CudaStream>(static_cast<cudaStream_t>(handle), /*owner=*/false);
+    return ncclSuccess;
+  }
+};
+
+Status CudaRuntime::deviceCount(int* count) {
+  if (count == nullptr) FERRY_FAIL(ncclInvalidArgument, "deviceCount: null output");
+  *count = 0;
+  cudaError_t e = cudaGetDeviceCount(count);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorStubLibrary ||
+      e == cudaErrorNotSupported) {
+    // No GPU or no driver: a normal situation (CI), not an error.
+    (void)cudaGetLastError();
+    FERRY_INFO(kLogInit, "cuda runtime: no usable device (%s)", cudaGetErrorString(e));
+    *count = 0;
+    return ncclSuccess;
+  }
+  FERRY_CUDA_TRY(e);
+  return ncclSuccess;
+}
+
+Status CudaRuntime::pciBusId(int device, std::string* busId) {
+  if (busId == nullptr) FERRY_FAIL(ncclInvalidArgument, "pciBusId: null output");
+  char buf[64] = {0};
+  FERRY_CUDA_TRY(cudaDeviceGetPCIBusId(buf, sizeof(buf), device));
+  // Lower case, as in /sys/bus/pci paths, so ids compare as plain strings.
+  std::string id(buf);
+  std::transform(id.begin(), id.end(), id.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  *busId = id;
+  return ncclSuccess;
+}
+
+Status CudaRuntime::exportIpc(const DeviceMemory& mem, IpcDescriptor* out) {
+  if (out == nullptr || mem.ptr() == nullptr)
+    FERRY_FAIL(ncclInvalidArgument, "exportIpc: bad args");
+  const DriverApi* api = nullptr;
+  FERRY_CHECK(driverApi(&api));
+  // The handle names the whole allocation; the offset locates ptr inside it.
+  CUdeviceptr base = 0;
+  size_t rangeSize = 0;
+  auto ptr = reinterpret_cast<CUdeviceptr>(mem.ptr());
+  FERRY_CU_TRY(api->memGetAddressRange(&base, &rangeSize, ptr));
+  cudaIpcMemHandle_t handle;
+  FERRY_CUDA_TRY(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)));
+  *out = IpcDescriptor{};
+  out->type = IpcDescriptor::Type::CudaLegacy;
+  out->size = mem.size();
+  out->offset = ptr - base;
+  memcpy(out->bytes, &handle, sizeof(handle));
+  return ncclSuccess;
+}
+
+Status CudaRuntime::importIpc(IpcDescriptor& desc, std::unique_ptr<IpcMapping>* out) {
+  UniqueFd fd(desc.fd);  // legacy handles carry no fd; close any we were given
+  desc.fd = -1;
+  if (desc.type != IpcDescriptor::Type::CudaLegacy || out == nullptr || desc.size == 0) {
+    FERRY_FAIL(ncclInvalidArgument, "importIpc: unsupported descriptor type %u",
+               static_cast<unsigned>(desc.type));
+  }
+  const DriverApi* api = nullptr;
+  FERRY_CHECK(driverApi(&api));
+  cudaIpcMemHandle_t handle;
+  memcpy(&handle, desc.bytes, sizeof(handle));
+  void* base = nullptr;
+  FERRY_CUDA_TRY(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
+  auto mapping = std::make_unique<CudaIpcMapping>(base, desc.offset, desc.size);
+  // Bad input must fail cleanly: the range must lie inside the allocation.
+  CUdeviceptr rangeBase = 0;
+  size_t rangeSize = 0;
+  FERRY_CU_TRY(
+      api->memGetAddressRange(&rangeBase, &rangeSize, reinterpret_cast<CUdeviceptr>(base)));
+  if (desc.offset + desc.size < desc.offset || desc.offset + desc.size > rangeSize) {
+    FERRY_FAIL(ncclInvalidArgument, "importIpc: range [%lu, +%lu) outside the %zu-byte allocation",
+               static_cast<unsigned long>(desc.offset), static_cast<unsigned long>(desc.size),
+               rangeSize);
+  }
+  *out = std::move(mapping);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+std::unique_ptr<Runtime> makeCudaRuntime() {
+  return std::make_unique<CudaRuntime>();
+}
+
+}  // namespace ferry::rt
+
+#endif  // FERRY_WITH_CUDA
