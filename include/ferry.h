@@ -43,6 +43,15 @@ ncclResult_t ncclFerryCommDescribe(ncclComm_t comm, char* buf, size_t len);
 ncclResult_t ncclFerryBootstrapAllGather(ncclComm_t comm, void* data, size_t bytesPerRank);
 ncclResult_t ncclFerryBootstrapBarrier(ncclComm_t comm);
 
+/* Point-to-point traffic with one peer since the communicator was created:
+ * operations and bytes completed in each direction, and how many sends went
+ * straight into the receiver's buffer (zero-copy). Any output may be NULL. */
+typedef struct {
+  unsigned long long sendOps, sendBytes, sendZeroCopyOps;
+  unsigned long long recvOps, recvBytes;
+} ncclFerryPeerStats_t;
+ncclResult_t ncclFerryCommPeerStats(ncclComm_t comm, int peer, ncclFerryPeerStats_t* stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,3 +42,23 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclFerryBootstrapBarrier(ncclComm_t comm)
     return c->bootstrap()->barrier();
   });
 }
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommPeerStats(ncclComm_t comm, int peer,
+                                                             ncclFerryPeerStats_t* stats) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    FERRY_CHECK(readyComm(comm, __func__, &c));
+    if (stats == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: stats is NULL", __func__);
+    if (peer < 0 || peer >= c->nranks()) {
+      FERRY_FAIL(ncclInvalidArgument, "%s: peer %d is out of range", __func__, peer);
+    }
+    uint64_t v[5];
+    c->p2p()->peerStats(peer, v);
+    stats->sendOps = v[0];
+    stats->sendBytes = v[1];
+    stats->sendZeroCopyOps = v[2];
+    stats->recvOps = v[3];
+    stats->recvBytes = v[4];
+    return ncclSuccess;
+  });
+}

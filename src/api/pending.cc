@@ -11,8 +11,6 @@ using namespace ferry;
   }                                                                                      \
   FERRY_PNCCL_ALIAS(ret, name, params)
 
-FERRY_PENDING(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
-FERRY_PENDING(ncclResult_t, ncclMemFree, (void* ptr))
 FERRY_PENDING(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
 FERRY_PENDING(ncclResult_t, ncclCommShrink,
               (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
@@ -20,9 +18,6 @@ FERRY_PENDING(ncclResult_t, ncclCommShrink,
 FERRY_PENDING(ncclResult_t, ncclCommInitRankScalable,
               (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
                ncclConfig_t* config))
-FERRY_PENDING(ncclResult_t, ncclCommRegister,
-              (const ncclComm_t comm, void* buff, size_t size, void** handle))
-FERRY_PENDING(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
 FERRY_PENDING(ncclResult_t, ncclCommWindowRegister,
               (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
 FERRY_PENDING(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
@@ -48,21 +43,6 @@ FERRY_PENDING(ncclResult_t, ncclReduceScatter,
 FERRY_PENDING(ncclResult_t, ncclAllGather,
               (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclAlltoAll,
-              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-               ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclGather,
-              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-               int root, ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclScatter,
-              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-               int root, ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclSend,
-              (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
-               ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclRecv,
-              (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-               cudaStream_t stream))
 FERRY_PENDING(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))
 
 // NCCL's device API (nccl_device.h) entry points that PyTorch links. Ferry has

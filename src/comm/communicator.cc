@@ -1,6 +1,7 @@
 #include "comm/communicator.h"
 
 #include <chrono>
+#include <cstdint>
 
 namespace ferry {
 
@@ -16,6 +17,7 @@ Communicator::Communicator(Params params, CommConfig config, rt::Runtime* runtim
 Communicator::~Communicator() {
   abort();
   joinInit();
+  (void)shutdownP2p(true);
 }
 
 Status Communicator::runInit(const ncclUniqueId& id) {
@@ -63,11 +65,37 @@ Status Communicator::initSteps(const ncclUniqueId& id) {
   FERRY_CHECK(buildTopology(peers, rank_, &topology_));
   FERRY_INFO(kLogInit, "runtime %s, %s", rt::runtimeKindName(runtime_->kind()),
              describeTopology(topology_).c_str());
+  FERRY_CHECK(initP2p(id));
   // Nobody leaves init before everyone has validated the peer table, so a
   // rank that rejects it (duplicate device ...) fails the others' init too
   // instead of leaving them with a communicator nobody else has.
   FERRY_CHECK(bootstrap_->barrier());
   return ncclSuccess;
+}
+
+Status Communicator::initP2p(const ncclUniqueId& id) {
+  std::shared_ptr<Proxy> proxy;
+  FERRY_CHECK(Proxy::acquire(runtime_, params_.getInt(ParamId::ProxySpinUs), &proxy));
+  P2pSetupContext ctx;
+  ctx.runtime = runtime_;
+  ctx.bootstrap = bootstrap_.get();
+  ctx.topology = &topology_;
+  ctx.params = &params_;
+  ctx.proxy = proxy.get();
+  ctx.device = device_;
+  // The unique id differs for every communicator; ranks tell its connections apart.
+  uint64_t key = 0xcbf29ce484222325ULL;
+  for (char ch : id.internal) key = (key ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
+  ctx.commKey = key;
+  ctx.abortFlag = &abortFlag_;
+  ctx.timeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
+  return P2pEngine::create(ctx, &asyncError_, std::move(proxy), &p2p_);
+}
+
+Status Communicator::shutdownP2p(bool abort) {
+  if (!p2p_) return ncclSuccess;
+  int64_t limit = params_.getInt(ParamId::P2pTimeout);
+  return p2p_->shutdown(abort, limit > 0 ? limit * 1000 : INT64_MAX / 1000000);
 }
 
 void Communicator::startInitThread(std::function<void()> job) {
@@ -93,7 +121,8 @@ Status Communicator::finalize() {
   Status s = asyncError();
   if (s != ncclSuccess) return s;
   finalized_ = true;
-  return ncclSuccess;
+  // Every operation issued so far completes before Finalize returns.
+  return shutdownP2p(false);
 }
 
 }  // namespace ferry

@@ -24,6 +24,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "comm/config.h"
+#include "enqueue/p2p_engine.h"
 #include "core/params.h"
 #include "core/status.h"
 #include "runtime/runtime.h"
@@ -76,11 +77,16 @@ class Communicator {
   const Topology& topology() const { return topology_; }
   rt::Runtime* runtime() const { return runtime_; }
   boot::Bootstrap* bootstrap() const { return bootstrap_.get(); }
+  // The SM-free point-to-point engine (null until init succeeded).
+  P2pEngine* p2p() const { return p2p_.get(); }
+  // Flushes (or, with abort, drops) outstanding point-to-point work.
+  [[nodiscard]] Status shutdownP2p(bool abort);
   const std::atomic<bool>* abortFlag() const { return &abortFlag_; }
   uint64_t nextSplitTag() { return splitCount_++; }
 
  private:
   [[nodiscard]] Status initSteps(const ncclUniqueId& id);
+  [[nodiscard]] Status initP2p(const ncclUniqueId& id);
   void publishInitResult(Status s);
 
   const Params params_;
@@ -91,6 +97,7 @@ class Communicator {
   const int device_;
   std::unique_ptr<boot::Bootstrap> bootstrap_;
   Topology topology_;
+  std::unique_ptr<P2pEngine> p2p_;
   bool finalized_ = false;
   uint64_t splitCount_ = 0;
 

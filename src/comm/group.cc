@@ -1,5 +1,6 @@
 #include "comm/group.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -12,6 +13,8 @@ namespace {
 struct GroupState {
   int depth = 0;
   std::vector<GroupJob> jobs;
+  // Point-to-point tasks per communicator, in call order.
+  std::vector<std::pair<Communicator*, std::vector<P2pTask>>> p2p;
 };
 
 thread_local GroupState tlsGroup;
@@ -57,6 +60,8 @@ Status groupEnd() {
   if (--g.depth > 0) return ncclSuccess;
   std::vector<GroupJob> jobs = std::move(g.jobs);
   g.jobs.clear();
+  auto p2p = std::move(g.p2p);
+  g.p2p.clear();
   std::vector<GroupJob> blocking;
   bool anyBackground = false;
   for (GroupJob& job : jobs) {
@@ -69,7 +74,26 @@ Status groupEnd() {
   }
   Status s = blocking.empty() ? ncclSuccess : runConcurrently(blocking);
   if (s != ncclSuccess) return s;
+  // Every communicator's tasks are issued even if an earlier one failed, so
+  // peers waiting on them are not left hanging; the first error is returned.
+  Status first = ncclSuccess;
+  for (auto& [comm, tasks] : p2p) {
+    LogRankScope scope(comm->rank());
+    Status t = comm->p2p()->launch(tasks);
+    if (first == ncclSuccess) first = t;
+  }
+  if (first != ncclSuccess) return first;
   return anyBackground ? ncclInProgress : ncclSuccess;
+}
+
+void groupAddP2p(Communicator* comm, const P2pTask& task) {
+  auto& list = tlsGroup.p2p;
+  auto it = std::find_if(list.begin(), list.end(), [comm](const auto& e) { return e.first == comm; });
+  if (it == list.end()) {
+    list.emplace_back(comm, std::vector<P2pTask>{});
+    it = list.end() - 1;
+  }
+  it->second.push_back(task);
 }
 
 Status groupSubmit(GroupJob job) {

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "core/status.h"
+#include "enqueue/p2p_engine.h"
 
 namespace ferry {
 
@@ -28,6 +29,10 @@ struct GroupJob {
 // in the background.
 [[nodiscard]] Status groupEnd();
 int groupDepth();
+
+// Collects a point-to-point task for the group's end (the caller opened a
+// group around it when the user did not).
+void groupAddP2p(Communicator* comm, const P2pTask& task);
 
 // Runs `job` now (outside a group: on this thread when blocking, on the
 // communicator's init thread when not) or defers it to the group's end.

@@ -26,5 +26,23 @@
     "Above this many ranks, connects to the root are staggered in time.")                        \
   X(RunTimeout, "FERRY_RUN_TIMEOUT", Int, "0",                                                    \
     "ferry-run: seconds before all ranks are killed (exit 124) when --timeout is not given; "     \
-    "0: none.")
+    "0: none.") \
+  X(PassSm, "NCCL_PASS_SM", Int, "1",                                                           \
+    "1: point-to-point runs SM-free (copy engines driven by the proxy thread). 0 asks for kernel " \
+    "p2p, which this version does not have yet (calls then fail with ncclInvalidUsage).")         \
+  X(P2pDisable, "NCCL_P2P_DISABLE", Int, "0",                                                     \
+    "1: never use peer GPU memory (P2P/IPC); same-host peers then use host shared memory (SHM).")  \
+  X(ShmDisable, "NCCL_SHM_DISABLE", Int, "0", "1: never use the host shared-memory transport.")    \
+  X(P2pChunkBytes, "FERRY_P2P_CHUNK_BYTES", Int, "1M",                                             \
+    "Bytes per FIFO slot of an SM-free connection (one copy-engine copy per chunk).")              \
+  X(P2pSlots, "FERRY_P2P_SLOTS", Int, "8", "FIFO slots per SM-free connection (2..64).")          \
+  X(P2pZeroCopy, "FERRY_P2P_ZERO_COPY", Int, "1",                                                  \
+    "1: write straight into the receiver's buffer when it can be mapped (one copy per byte).")    \
+  X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
+    "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
+    "(a one-thread spin kernel), auto (kernel under lazy module loading, else memop).")           \
+  X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "200",                                                \
+    "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
+  X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
+    "Seconds a point-to-point operation may wait for its peer before failing (0: no limit).")
 // clang-format on

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "core/fd.h"
 #include "core/status.h"
 
 namespace ferry::rt {
@@ -53,6 +54,36 @@ struct IpcDescriptor {
   uint64_t offset = 0;  // of the exported pointer inside the shared allocation
   uint8_t bytes[64] = {0};
   int fd = -1;  // owned by the descriptor holder; close after import/transfer
+};
+
+// What describeAllocation reports about the allocation holding a range.
+// `ipc` describes the WHOLE allocation (offset 0, size = the allocation's
+// size); a peer maps it once with importIpc and adds (ptr - base) itself.
+// Its fd is always -1: on the host runtime the memfd is fetched separately
+// with exportAllocationFd(allocId) and travels by SCM_RIGHTS; CUDA legacy
+// handles need none (the 64 handle bytes travel as data).
+struct AllocationInfo {
+  bool mappable = false;  // another process can map the allocation
+  // Unique per allocation for the life of the process and never reused, even
+  // when a later allocation gets the same address: a safe cache key for
+  // exporters and (together with the peer's identity) for importers.
+  uint64_t allocId = 0;
+  uint64_t base = 0;  // address of the allocation's first byte, in this process
+  uint64_t size = 0;  // bytes of the allocation
+  IpcDescriptor ipc;  // valid when mappable
+};
+
+// A host range registered with the device (registerHost). Unregistered when
+// destroyed; the memory itself stays the caller's. Destroy it only when no
+// queued stream work or kernel still uses devicePtr().
+class HostRegistration {
+ public:
+  virtual ~HostRegistration() = default;
+  virtual void* hostPtr() const = 0;
+  // The address streams (writeValue64, waitValue64, waitValue64Spin, copies)
+  // and kernels must use for the range (host runtime: the same as hostPtr()).
+  virtual void* devicePtr() const = 0;
+  virtual size_t size() const = 0;
 };
 
 // A mapping of a peer's DeviceMemory into this process.
@@ -97,6 +128,24 @@ class Stream {
   // rules as writeValue64. Host runtime: a wait that lasts longer than its
   // timeout fails the stream (sticky ncclSystemError) instead of hanging.
   [[nodiscard]] virtual Status waitValue64(uint64_t* addr, uint64_t value, WaitCondition c) = 0;
+  // Later work waits until (int64_t)(*devAddr - value) >= 0 (Geq, cyclic, as
+  // waitValue64) -- but, on CUDA, by a one-thread spinning kernel instead of
+  // a stream memory operation. Why: under lazy module loading, while any
+  // stream of the process sits in cuStreamWaitValue, the first launch of any
+  // not-yet-loaded kernel blocks until that wait is released (measured; see
+  // DESIGN.md); a spinning kernel does not cause this. Costs one SM slot (one
+  // thread, napping with __nanosleep) for as long as it waits.
+  // Ordering: the kernel reads the word with a system-scope acquire load, so
+  // data that the releasing party wrote before the word (a copy, then
+  // writeValue64 on another stream; or a CPU release store) is visible to
+  // every operation after the wait on this stream.
+  // The kernel gives up after kSpinWaitTimeoutSec and traps (the stream, and
+  // the CUDA context, fail loudly instead of hanging forever); the owner of
+  // the word releases waiters on abort by writing a value >= every target.
+  // `devAddr`: device memory, or the devicePtr() of a HostRegistration /
+  // allocHost memory. Host runtime: exactly waitValue64(devAddr, value, Geq).
+  // Call Runtime::preloadKernels() before the first use (see there).
+  [[nodiscard]] virtual Status waitValue64Spin(uint64_t* devAddr, uint64_t value) = 0;
   // Later work waits for `event`.
   [[nodiscard]] virtual Status waitEvent(Event& event) = 0;
   // Waits for all enqueued work; returns the stream's (sticky) error if any
@@ -126,6 +175,10 @@ struct KernelLaunch {
   const size_t* argSizes = nullptr;
 };
 
+// Longest waitValue64Spin's kernel spins before trapping (30 minutes: well
+// past PyTorch's default 10-minute watchdog, which aborts first).
+constexpr uint64_t kSpinWaitTimeoutSec = 30 * 60;
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -141,10 +194,20 @@ class Runtime {
   [[nodiscard]] virtual Status allocDevice(size_t bytes, std::unique_ptr<DeviceMemory>* out) = 0;
   [[nodiscard]] virtual Status allocHost(size_t bytes, std::unique_ptr<HostMemory>* out) = 0;
   [[nodiscard]] virtual Status exportIpc(const DeviceMemory& mem, IpcDescriptor* out) = 0;
-  // Takes ownership of desc.fd (closes it) whether or not it succeeds.
+  // Maps a descriptor from exportIpc, or the whole-allocation one of
+  // describeAllocation (offset 0; the caller adds its own offsets). Takes
+  // ownership of desc.fd (closes it) whether or not it succeeds. CUDA legacy
+  // handles: import each allocation once per process and cache the mapping
+  // (by peer and allocId); never import a handle this process exported.
   [[nodiscard]] virtual Status importIpc(IpcDescriptor& desc, std::unique_ptr<IpcMapping>* out) = 0;
 
   [[nodiscard]] virtual Status createStream(std::unique_ptr<Stream>* out) = 0;
+  // A non-blocking stream with a scheduling priority: 0 = default (what
+  // createStream gives), any negative value = the device's highest priority
+  // (e.g. for a proxy's copy streams). Positive values are invalid. The host
+  // runtime has no priorities: the same as createStream.
+  [[nodiscard]] virtual Status createStreamWithPriority(int priority,
+                                                        std::unique_ptr<Stream>* out) = 0;
   [[nodiscard]] virtual Status createEvent(std::unique_ptr<Event>* out) = 0;
   [[nodiscard]] virtual Status launch(const KernelLaunch& k, Stream& stream) = 0;
 
@@ -153,6 +216,74 @@ class Runtime {
   // (e.g. through ncclFerryStreamCreate), or NULL for "synchronous"; any other
   // handle is ncclInvalidArgument. CUDA: any cudaStream_t, NULL = legacy stream.
   [[nodiscard]] virtual Status wrapUserStream(void* handle, std::unique_ptr<Stream>* out) = 0;
+
+  // ---- SM-free point-to-point support ----
+
+  // Registers [ptr, ptr + bytes) of host memory (e.g. a control block in
+  // memfd shared memory that two processes map) so that streams and kernels
+  // can read and write it: use (*out)->devicePtr() there, hostPtr() on CPUs.
+  // Each process registers its own mapping of shared pages. CUDA:
+  // cudaHostRegister(Portable | Mapped), so every device can use it; a range
+  // overlapping (at page granularity) a range already registered in this
+  // process is ncclInvalidUsage, so register a whole shared region once.
+  // The host runtime checks the same overlap rule and returns ptr itself.
+  [[nodiscard]] virtual Status registerHost(void* ptr, size_t bytes,
+                                            std::unique_ptr<HostRegistration>* out) = 0;
+
+  // Whether [ptr, ptr + bytes) (bytes 0: just ptr) lies inside one allocation
+  // that another process can map, and that allocation's description. Not
+  // mappable (mappable = false, success) for: plain host memory, pinned host
+  // memory, managed memory, CUDA pool (cudaMallocAsync) and cuMem
+  // allocations, IPC mappings of other processes' memory, and ranges that
+  // straddle an allocation's end. Thread-safe and cheap on repeat (CUDA: one
+  // cuPointerGetAttributes; the IPC handle is cached by allocation id, and an
+  // id is never reused, so a cached handle is never stale). CUDA needs a
+  // context current on the calling thread (any earlier runtime call made it).
+  // Importing: peers call importIpc(info.ipc) (host runtime: with ipc.fd set
+  // to a descriptor from exportAllocationFd) and add (ptr - base) themselves.
+  // A CUDA legacy handle must never be imported by the process that exported
+  // it (CUDA forbids it): same-process peers use the pointer directly.
+  [[nodiscard]] virtual Status describeAllocation(const void* ptr, size_t bytes,
+                                                  AllocationInfo* out) = 0;
+
+  // Host runtime: a new descriptor (dup, close-on-exec) of the memfd of the
+  // live allocation `allocId` (from describeAllocation), for SCM_RIGHTS;
+  // ncclInvalidArgument (WARN) when no live allocation has that id. CUDA:
+  // ncclInvalidUsage always (legacy handles travel as bytes).
+  [[nodiscard]] virtual Status exportAllocationFd(uint64_t allocId, UniqueFd* out) = 0;
+
+  // Whether the process loads kernels lazily (CUDA: cuModuleGetLoadingMode ==
+  // CU_MODULE_LAZY_LOADING, i.e. CUDA_MODULE_LOADING=LAZY or the default of
+  // CUDA >= 12.2). Host runtime: false. Initialises CUDA. If the mode cannot
+  // be read, WARNs once and answers true (the cautious assumption).
+  virtual bool lazyModuleLoading() = 0;
+
+  // Loads every Ferry kernel (src/device/kernels.h) on the calling thread's
+  // current device now, so that none is ever loaded lazily later -- a lazy
+  // load can block behind a stream wait (see waitValue64Spin). Call once per
+  // device used, at communicator init, before any stream waits. Idempotent.
+  // Host runtime: nothing to load.
+  [[nodiscard]] virtual Status preloadKernels() = 0;
+
+  // Lets the current device access `peerDevice`'s memory (CUDA:
+  // cudaDeviceEnablePeerAccess; already enabled is success). Idempotent.
+  // Host runtime: checks the device number only.
+  [[nodiscard]] virtual Status enablePeerAccess(int peerDevice) = 0;
+  // Whether `device` can access `peerDevice`'s memory directly (CUDA:
+  // cudaDeviceCanAccessPeer, false when the two are equal). Host runtime:
+  // true for any two distinct valid devices, false for a device and itself.
+  [[nodiscard]] virtual Status canAccessPeer(int device, int peerDevice, bool* out) = 0;
+  // The device of this process with bus id `busId` (as pciBusId returns
+  // it); ncclInvalidArgument when no visible device has it.
+  [[nodiscard]] virtual Status deviceByBusId(const std::string& busId, int* device) = 0;
+  // Whether [ptr, ptr+bytes) is memory this runtime's copies can read and
+  // write without blocking the calling thread (CUDA: device, managed or
+  // page-locked host memory; pageable host memory is refused because an
+  // asynchronous copy from it may block the proxy thread). Host runtime: any.
+  [[nodiscard]] virtual Status checkUserBuffer(const void* ptr, size_t bytes, bool* ok) = 0;
+  // Whether the user stream `handle` is being captured into a CUDA graph
+  // (host runtime: never).
+  [[nodiscard]] virtual Status isCapturing(void* handle, bool* out) = 0;
 };
 
 // The process-wide runtime of each kind, created on first use (never freed:

@@ -16,6 +16,7 @@
 
 #include "common/proc.h"
 #include "common/random.h"
+#include "mp_check.h"
 #include "ferry.h"
 #include "nccl.h"
 
@@ -24,31 +25,9 @@ extern "C" ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, voi
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-std::atomic<int> gFailures{0};
-
-#define EXPECT_TRUE(cond, ...)                                       \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      ++gFailures;                                                   \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                  \
-      fprintf(stderr, "\n");                                         \
-    }                                                                \
-  } while (0)
-
-#define EXPECT_OK(call) EXPECT_RESULT(call, ncclSuccess)
-#define EXPECT_RESULT(call, want)                                                         \
-  do {                                                                                    \
-    ncclResult_t r_ = (call);                                                             \
-    EXPECT_TRUE(r_ == (want), "%s returned %d (%s), expected %d; last error: %s", #call,  \
-                static_cast<int>(r_), ncclGetErrorString(r_), static_cast<int>(want),     \
-                ncclGetLastError(nullptr));                                               \
-  } while (0)
-
-double secondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using ferry::test::Clock;
+using ferry::test::gFailures;
+using ferry::test::secondsSince;
 
 struct Ctx {
   ferry::test::LaunchEnv env;

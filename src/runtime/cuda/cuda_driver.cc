@@ -34,6 +34,8 @@ Status load(DriverApi* api) {
   FERRY_CHECK(resolve("cuStreamWaitValue64", &api->streamWaitValue64));
   FERRY_CHECK(resolve("cuMemGetAddressRange", &api->memGetAddressRange));
   FERRY_CHECK(resolve("cuGetErrorString", &api->getErrorString));
+  FERRY_CHECK(resolve("cuPointerGetAttributes", &api->pointerGetAttributes));
+  FERRY_CHECK(resolve("cuModuleGetLoadingMode", &api->moduleGetLoadingMode));
   return ncclSuccess;
 }
 

@@ -15,6 +15,9 @@ struct DriverApi {
   CUresult (*streamWaitValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
   CUresult (*memGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*getErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*pointerGetAttributes)(unsigned int, CUpointer_attribute*, void**,
+                                   CUdeviceptr) = nullptr;
+  CUresult (*moduleGetLoadingMode)(CUmoduleLoadingMode*) = nullptr;
 };
 
 // The resolved entry points; the first call resolves them (and so initialises

@@ -14,6 +14,7 @@
 
 #include "core/fd.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/cuda_sm_free.h"
 
 namespace ferry::rt {
 namespace {
@@ -152,6 +153,10 @@ class CudaStream final : public Stream {
     return ncclSuccess;
   }
 
+  Status waitValue64Spin(uint64_t* devAddr, uint64_t value) override {
+    return cuda::launchWaitGeq(stream_, devAddr, value);
+  }
+
   Status waitEvent(Event& event) override {
     auto* e = dynamic_cast<CudaEvent*>(&event);
     if (e == nullptr) FERRY_FAIL(ncclInvalidArgument, "waitEvent: not a CUDA event");
@@ -214,6 +219,7 @@ class CudaRuntime final : public Runtime {
     *out = std::make_unique<CudaStream>(s, /*owner=*/true);
     return ncclSuccess;
   }
+  Status createStreamWithPriority(int priority, std::unique_ptr<Stream>* out) override;
   Status createEvent(std::unique_ptr<Event>* out) override {
     if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "createEvent: null output");
     cudaEvent_t e = nullptr;
@@ -235,7 +241,91 @@ class CudaRuntime final : public Runtime {
     *out = std::make_unique<CudaStream>(static_cast<cudaStream_t>(handle), /*owner=*/false);
     return ncclSuccess;
   }
+
+  Status registerHost(void* ptr, size_t bytes, std::unique_ptr<HostRegistration>* out) override {
+    return cuda::registerHostRange(ptr, bytes, out);
+  }
+  Status describeAllocation(const void* ptr, size_t bytes, AllocationInfo* out) override {
+    return cuda::describeAllocation(ptr, bytes, out);
+  }
+  Status exportAllocationFd(uint64_t allocId, UniqueFd* out) override {
+    FERRY_FAIL(ncclInvalidUsage,
+               "exportAllocationFd: the CUDA runtime shares allocations by legacy IPC handles "
+               "(AllocationInfo::ipc.bytes), not by file descriptors");
+  }
+  bool lazyModuleLoading() override { return cuda::lazyModuleLoading(); }
+  Status preloadKernels() override { return cuda::preloadKernels(); }
+  Status enablePeerAccess(int peerDevice) override;
+  Status canAccessPeer(int device, int peerDevice, bool* out) override {
+    if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "canAccessPeer: null output");
+    int can = 0;
+    FERRY_CUDA_TRY(cudaDeviceCanAccessPeer(&can, device, peerDevice));
+    *out = can != 0;
+    return ncclSuccess;
+  }
+  Status deviceByBusId(const std::string& busId, int* device) override {
+    if (device == nullptr) FERRY_FAIL(ncclInvalidArgument, "deviceByBusId: null output");
+    if (cudaDeviceGetByPCIBusId(device, busId.c_str()) != cudaSuccess) {
+      (void)cudaGetLastError();  // not visible here: not an error of the context
+      return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+  }
+  Status checkUserBuffer(const void* ptr, size_t bytes, bool* ok) override {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+      (void)cudaGetLastError();
+      *ok = false;
+      return ncclSuccess;
+    }
+    *ok = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ||
+          attr.type == cudaMemoryTypeHost;
+    (void)bytes;
+    return ncclSuccess;
+  }
+  Status isCapturing(void* handle, bool* out) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    FERRY_CUDA_TRY(cudaStreamIsCapturing(static_cast<cudaStream_t>(handle), &status));
+    *out = status != cudaStreamCaptureStatusNone;
+    return ncclSuccess;
+  }
 };
+
+Status CudaRuntime::createStreamWithPriority(int priority, std::unique_ptr<Stream>* out) {
+  if (out == nullptr || priority > 0) {
+    FERRY_FAIL(ncclInvalidArgument, "createStreamWithPriority: bad arguments (priority %d)",
+               priority);
+  }
+  if (priority == 0) return createStream(out);
+  // CUDA: lower numbers are higher priorities; any negative request gets the
+  // device's highest (e.g. -5 on Hopper with CUDA 12+).
+  int least = 0, greatest = 0;
+  FERRY_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t s = nullptr;
+  FERRY_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
+  *out = std::make_unique<CudaStream>(s, /*owner=*/true);
+  return ncclSuccess;
+}
+
+Status CudaRuntime::enablePeerAccess(int peerDevice) {
+  int device = -1;
+  FERRY_CUDA_TRY(cudaGetDevice(&device));
+  if (peerDevice == device) return ncclSuccess;  // own memory: nothing to enable
+  cudaError_t e = cudaDeviceEnablePeerAccess(peerDevice, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();  // not the user's error to find later
+    return ncclSuccess;
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    FERRY_FAIL(ncclUnhandledCudaError,
+               "CUDA call cudaDeviceEnablePeerAccess(%d) from device %d "
+               "failed: %s (%d)",
+               peerDevice, device, cudaGetErrorString(e), static_cast<int>(e));
+  }
+  FERRY_INFO(kLogInit, "cuda runtime: device %d can now access device %d", device, peerDevice);
+  return ncclSuccess;
+}
 
 Status CudaRuntime::deviceCount(int* count) {
   if (count == nullptr) FERRY_FAIL(ncclInvalidArgument, "deviceCount: null output");
@@ -297,7 +387,16 @@ Status CudaRuntime::importIpc(IpcDescriptor& desc, std::unique_ptr<IpcMapping>* 
   cudaIpcMemHandle_t handle;
   memcpy(&handle, desc.bytes, sizeof(handle));
   void* base = nullptr;
-  FERRY_CUDA_TRY(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
+  cudaError_t e = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    // The usual misuses: a handle this very process exported (CUDA refuses
+    // it; same-process peers must use the pointer), or a freed allocation.
+    FERRY_FAIL(ncclUnhandledCudaError,
+               "CUDA call cudaIpcOpenMemHandle failed: %s (%d); the exporter must be another "
+               "process, and the allocation must still be alive",
+               cudaGetErrorString(e), static_cast<int>(e));
+  }
   auto mapping = std::make_unique<CudaIpcMapping>(base, desc.offset, desc.size);
   // Bad input must fail cleanly: the range must lie inside the allocation.
   CUdeviceptr rangeBase = 0;

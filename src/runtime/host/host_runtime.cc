@@ -13,6 +13,7 @@
 #include "core/env.h"
 #include "core/fd.h"
 #include "core/params.h"
+#include "runtime/host/host_registry.h"
 #include "runtime/host/host_stream.h"
 
 namespace ferry::rt {
@@ -56,19 +57,43 @@ class SharedMapping {
   size_t length_ = 0;
 };
 
-// "Device" memory: a memfd (so it can be shared) mapped into this process.
+// "Device" memory: a memfd (so it can be shared) mapped into this process,
+// listed in the allocation registry (describeAllocation) while it lives.
 class HostDeviceMemory final : public DeviceMemory {
  public:
   HostDeviceMemory(UniqueFd fd, size_t size) : fd_(std::move(fd)), size_(size) {}
+  // Leaves the registry before the fd is closed and the pages unmapped, so
+  // no exportAllocationFd can see a closed fd.
+  ~HostDeviceMemory() override {
+    if (id_ != 0) host::unregisterAllocation(id_);
+  }
   void* ptr() const override { return mapping_.base(); }
   size_t size() const override { return size_; }
   int fd() const { return fd_.get(); }
   SharedMapping* mapping() { return &mapping_; }
+  // Call once, after mapping.
+  void publish() { id_ = host::registerAllocation(ptr(), size_, fd_.get()); }
 
  private:
   UniqueFd fd_;
   size_t size_;
   SharedMapping mapping_;
+  uint64_t id_ = 0;  // 0: not registered
+};
+
+// Host "registration": the device address is the host address; the pages
+// are claimed so overlapping registrations fail as they do on CUDA.
+class HostRangeRegistration final : public HostRegistration {
+ public:
+  HostRangeRegistration(void* p, size_t size) : p_(p), size_(size) {}
+  ~HostRangeRegistration() override { host::releaseHostRange(p_, size_); }
+  void* hostPtr() const override { return p_; }
+  void* devicePtr() const override { return p_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* p_;
+  size_t size_;
 };
 
 class AlignedHostMemory final : public HostMemory {
@@ -124,6 +149,27 @@ class HostRuntime final : public Runtime {
     return ncclSuccess;
   }
 
+  Status deviceByBusId(const std::string& busId, int* device) override {
+    if (device == nullptr) FERRY_FAIL(ncclInvalidArgument, "deviceByBusId: null output");
+    int count = 0;
+    FERRY_CHECK(deviceCount(&count));
+    for (int d = 0; d < count; ++d) {
+      if (busId == "host:" + std::to_string(d)) {
+        *device = d;
+        return ncclSuccess;
+      }
+    }
+    return ncclInvalidArgument;
+  }
+  Status checkUserBuffer(const void*, size_t, bool* ok) override {
+    *ok = true;
+    return ncclSuccess;
+  }
+  Status isCapturing(void*, bool* out) override {
+    *out = false;
+    return ncclSuccess;
+  }
+
   Status pciBusId(int device, std::string* busId) override {
     FERRY_CHECK(checkDevice(device));
     if (busId == nullptr) FERRY_FAIL(ncclInvalidArgument, "pciBusId: null output");
@@ -141,6 +187,13 @@ class HostRuntime final : public Runtime {
     return host::makeOwnedStream(options_.waitTimeoutMs, out);
   }
 
+  Status createStreamWithPriority(int priority, std::unique_ptr<Stream>* out) override {
+    if (priority > 0) {
+      FERRY_FAIL(ncclInvalidArgument, "createStreamWithPriority: priority %d > 0", priority);
+    }
+    return createStream(out);  // no priorities to emulate
+  }
+
   Status createEvent(std::unique_ptr<Event>* out) override {
     if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "createEvent: null output");
     *out = std::make_unique<host::HostEvent>();
@@ -156,6 +209,37 @@ class HostRuntime final : public Runtime {
       return ncclSuccess;
     }
     return host::wrapStreamHandle(handle, options_.waitTimeoutMs, out);
+  }
+
+  Status registerHost(void* ptr, size_t bytes, std::unique_ptr<HostRegistration>* out) override {
+    if (ptr == nullptr || bytes == 0 || out == nullptr) {
+      FERRY_FAIL(ncclInvalidArgument, "registerHost: bad arguments (%p, %zu bytes)", ptr, bytes);
+    }
+    FERRY_CHECK(host::claimHostRange(ptr, bytes));
+    *out = std::make_unique<HostRangeRegistration>(ptr, bytes);
+    return ncclSuccess;
+  }
+
+  Status describeAllocation(const void* ptr, size_t bytes, AllocationInfo* out) override;
+
+  Status exportAllocationFd(uint64_t allocId, UniqueFd* out) override {
+    if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "exportAllocationFd: null output");
+    return host::dupAllocationFd(allocId, out);
+  }
+
+  bool lazyModuleLoading() override { return false; }
+  Status preloadKernels() override { return ncclSuccess; }
+
+  Status enablePeerAccess(int peerDevice) override { return checkDevice(peerDevice); }
+
+  Status canAccessPeer(int device, int peerDevice, bool* out) override {
+    if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "canAccessPeer: null output");
+    FERRY_CHECK(checkDevice(device));
+    FERRY_CHECK(checkDevice(peerDevice));
+    // All emulated devices share one memory; a device and itself is "no", as
+    // cudaDeviceCanAccessPeer answers.
+    *out = device != peerDevice;
+    return ncclSuccess;
   }
 
  private:
@@ -182,6 +266,7 @@ Status HostRuntime::allocDevice(size_t bytes, std::unique_ptr<DeviceMemory>* out
   }
   auto mem = std::make_unique<HostDeviceMemory>(std::move(fd), bytes);
   FERRY_CHECK(SharedMapping::map(mem->fd(), length, mem->mapping()));
+  mem->publish();
   FERRY_INFO(kLogAlloc, "host runtime: device allocation %p, %zu bytes", mem->ptr(), bytes);
   *out = std::move(mem);
   return ncclSuccess;
@@ -235,6 +320,22 @@ Status HostRuntime::importIpc(IpcDescriptor& desc, std::unique_ptr<IpcMapping>* 
   auto mapping = std::make_unique<HostIpcMapping>(desc.offset, desc.size);
   FERRY_CHECK(SharedMapping::map(fd.get(), roundUp(end, pageSize()), mapping->mapping()));
   *out = std::move(mapping);
+  return ncclSuccess;
+}
+
+Status HostRuntime::describeAllocation(const void* ptr, size_t bytes, AllocationInfo* out) {
+  if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "describeAllocation: null output");
+  *out = AllocationInfo{};
+  host::AllocationRecord rec;
+  if (!host::findAllocation(ptr, bytes, &rec)) return ncclSuccess;  // not ours: not mappable
+  out->mappable = true;
+  out->allocId = rec.id;
+  out->base = rec.base;
+  out->size = rec.size;
+  out->ipc.type = IpcDescriptor::Type::HostMemfd;
+  out->ipc.size = rec.size;
+  out->ipc.offset = 0;  // the whole allocation
+  out->ipc.fd = -1;     // exportAllocationFd(allocId) supplies one
   return ncclSuccess;
 }
 

@@ -17,6 +17,12 @@
 // - Destroying a stream drains it first: its pending work runs to completion
 //   (CUDA instead returns at once and finishes in the background).
 // - Devices are numbers 0..deviceCount-1; the current device is per thread.
+// - Zero-copy support: every live device allocation is listed in a
+//   process-wide registry (host_registry.h) with an id that is never reused,
+//   so describeAllocation finds it and exportAllocationFd dups its memfd.
+//   registerHost returns the same address (host memory is "device" memory
+//   here) but refuses page overlaps as cudaHostRegister does. No kernels are
+//   loaded lazily: waitValue64Spin is waitValue64(Geq).
 #pragma once
 
 #include <cstdint>

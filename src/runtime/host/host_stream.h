@@ -105,6 +105,10 @@ class HostStreamBase : public Stream {
   Status copyAsync(void* dst, const void* src, size_t bytes) override;
   Status writeValue64(uint64_t* addr, uint64_t value) override;
   Status waitValue64(uint64_t* addr, uint64_t value, WaitCondition c) override;
+  // No lazy loading to dodge here: exactly waitValue64(devAddr, value, Geq).
+  Status waitValue64Spin(uint64_t* devAddr, uint64_t value) override {
+    return waitValue64(devAddr, value, WaitCondition::Geq);
+  }
   Status waitEvent(Event& event) override;
 
  protected:

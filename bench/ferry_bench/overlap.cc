@@ -1,0 +1,185 @@
+#include "ferry_bench/overlap.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#ifdef FERRY_BENCH_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#endif
+
+namespace ferry::bench {
+
+#ifdef FERRY_BENCH_CUDA
+namespace {
+
+bool cudaOk(cudaError_t e, const char* what, std::string* error) {
+  if (e == cudaSuccess) return true;
+  *error = std::string(what) + ": " + cudaGetErrorString(e);
+  return false;
+}
+
+bool cublasOk(cublasStatus_t s, const char* what, std::string* error) {
+  if (s == CUBLAS_STATUS_SUCCESS) return true;
+  *error = std::string(what) + " failed with cuBLAS status " + std::to_string(static_cast<int>(s));
+  return false;
+}
+
+// Random bf16 values in (-1, 1): random sign and mantissa, exponents 2^-8..2^-1,
+// so K products sum far below bf16's range.
+bool fillRandomBf16(DeviceBuffer& buf, size_t count, uint64_t salt, std::string* error) {
+  std::vector<uint16_t> host(count);
+  uint64_t x = 0x9e3779b97f4a7c15ull * (salt + 1);
+  for (uint16_t& h : host) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+    const uint16_t exponent = static_cast<uint16_t>(119 + (x >> 8) % 8);
+    h = static_cast<uint16_t>(((x >> 20) & 0x8000) | (exponent << 7) | (x & 0x7f));
+  }
+  return buf.upload(0, host.data(), count * sizeof(uint16_t), error);
+}
+
+// Event pair on one stream; freed with the object.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~EventPair() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+  bool init(std::string* error) {
+    return cudaOk(cudaEventCreate(&start), "cudaEventCreate", error) &&
+           cudaOk(cudaEventCreate(&stop), "cudaEventCreate", error);
+  }
+  double seconds() const {
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, start, stop) == cudaSuccess ? ms / 1e3 : 0;
+  }
+};
+
+}  // namespace
+
+struct GemmLoop::Impl {
+  Device device;
+  size_t n = 0;
+  Stream stream;
+  DeviceBuffer a, b, c;
+  cublasHandle_t handle = nullptr;
+  double secondsPerGemm = 0;
+
+  ~Impl() {
+    if (handle != nullptr) cublasDestroy(handle);
+  }
+  double flops() const { return 2.0 * static_cast<double>(n) * n * n; }
+
+  bool enqueue(int count, std::string* error) {
+    const float alpha = 1.0f, beta = 0.0f;
+    const int dim = static_cast<int>(n);
+    for (int i = 0; i < count; ++i) {
+      if (!cublasOk(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &alpha, a.data(),
+                                 CUDA_R_16BF, dim, b.data(), CUDA_R_16BF, dim, &beta, c.data(),
+                                 CUDA_R_16BF, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx", error)) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+GemmLoop::GemmLoop() = default;
+GemmLoop::~GemmLoop() = default;
+
+bool GemmLoop::init(const Device& device, size_t n, std::string* error) {
+  if (device.backend != Backend::Cuda) {
+    *error = "--overlap needs the CUDA runtime (cuBLAS GEMM on a GPU)";
+    return false;
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->device = device;
+  impl->n = n;
+  const size_t bytes = n * n * 2;  // bf16
+  if (!impl->stream.create(device, error) || !impl->a.allocate(device, bytes, error) ||
+      !impl->b.allocate(device, bytes, error) || !impl->c.allocate(device, bytes, error)) {
+    return false;
+  }
+  // Random inputs: constant data draws less power and runs the GEMM faster
+  // than real work would.
+  if (!fillRandomBf16(impl->a, n * n, 1, error) || !fillRandomBf16(impl->b, n * n, 2, error) ||
+      !cublasOk(cublasCreate(&impl->handle), "cublasCreate", error) ||
+      !cublasOk(cublasSetStream(impl->handle, impl->stream.get()), "cublasSetStream", error)) {
+    return false;
+  }
+  impl_ = std::move(impl);
+  return true;
+}
+
+bool GemmLoop::measureAlone(double* tflops, std::string* error) {
+  constexpr int kWarmup = 3, kTimed = 10;
+  EventPair ev;
+  if (!impl_->device.select(error) || !ev.init(error) || !impl_->enqueue(kWarmup, error) ||
+      !cudaOk(cudaEventRecord(ev.start, impl_->stream.get()), "cudaEventRecord", error) ||
+      !impl_->enqueue(kTimed, error) ||
+      !cudaOk(cudaEventRecord(ev.stop, impl_->stream.get()), "cudaEventRecord", error) ||
+      !impl_->stream.synchronize(error)) {
+    return false;
+  }
+  impl_->secondsPerGemm = ev.seconds() / kTimed;
+  *tflops = impl_->secondsPerGemm > 0 ? impl_->flops() / impl_->secondsPerGemm / 1e12 : 0;
+  return true;
+}
+
+bool GemmLoop::measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
+                                   const std::function<bool(std::string*)>& launchTraffic,
+                                   double* trafficSecondsPerIter, double* gemmTflops,
+                                   std::string* error) {
+  if (impl_->secondsPerGemm <= 0 && !measureAlone(gemmTflops, error)) return false;
+  // Enough GEMMs to cover the traffic, so each measures the other under load.
+  const double cover = iters * trafficAloneSeconds / impl_->secondsPerGemm;
+  const int gemms = static_cast<int>(std::clamp(std::ceil(cover), 1.0, 10000.0));
+  EventPair g, t;
+  if (!impl_->device.select(error) || !g.init(error) || !t.init(error)) return false;
+  if (!cudaOk(cudaEventRecord(g.start, impl_->stream.get()), "cudaEventRecord", error) ||
+      !cudaOk(cudaEventRecord(t.start, traffic.get()), "cudaEventRecord", error) ||
+      !impl_->enqueue(gemms, error)) {
+    return false;
+  }
+  for (int i = 0; i < iters; ++i) {
+    if (!launchTraffic(error)) return false;
+  }
+  if (!impl_->device.select(error) ||
+      !cudaOk(cudaEventRecord(g.stop, impl_->stream.get()), "cudaEventRecord", error) ||
+      !cudaOk(cudaEventRecord(t.stop, traffic.get()), "cudaEventRecord", error) ||
+      !impl_->stream.synchronize(error) || !traffic.synchronize(error)) {
+    return false;
+  }
+  *trafficSecondsPerIter = t.seconds() / iters;
+  const double gemmSeconds = g.seconds() / gemms;
+  *gemmTflops = gemmSeconds > 0 ? impl_->flops() / gemmSeconds / 1e12 : 0;
+  return true;
+}
+
+#else  // !FERRY_BENCH_CUDA
+
+struct GemmLoop::Impl {};
+GemmLoop::GemmLoop() = default;
+GemmLoop::~GemmLoop() = default;
+
+bool GemmLoop::init(const Device&, size_t, std::string* error) {
+  *error = "--overlap needs a CUDA build of ferry-bench (cuBLAS)";
+  return false;
+}
+bool GemmLoop::measureAlone(double*, std::string* error) {
+  *error = "no GEMM";
+  return false;
+}
+bool GemmLoop::measureUnderTraffic(const Stream&, int, double,
+                                   const std::function<bool(std::string*)>&, double*, double*,
+                                   std::string* error) {
+  *error = "no GEMM";
+  return false;
+}
+
+#endif
+
+}  // namespace ferry::bench

@@ -1,0 +1,39 @@
+// --overlap: a cuBLAS bf16 GEMM loop (M=N=K=size, fp32 accumulation) on its
+// own non-blocking stream of the traffic's GPU, to measure how much the
+// collective or p2p traffic slows the GEMM and the GEMM slows the traffic.
+// CUDA only: without FERRY_BENCH_CUDA, init() fails with a reason.
+//
+// One GemmLoop per device, used by the thread that created it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ferry_bench/device.h"
+
+namespace ferry::bench {
+
+class GemmLoop {
+ public:
+  GemmLoop();
+  ~GemmLoop();
+  GemmLoop(const GemmLoop&) = delete;
+  GemmLoop& operator=(const GemmLoop&) = delete;
+
+  bool init(const Device& device, size_t n, std::string* error);
+  // TFLOP/s of back-to-back GEMMs with nothing else running.
+  bool measureAlone(double* tflops, std::string* error);
+  // Runs `launchTraffic` `iters` times on `traffic` while GEMMs run beside it
+  // (as many as cover the traffic's solo duration, trafficAloneSeconds).
+  // Outputs the traffic's seconds per iteration and the GEMM's TFLOP/s.
+  bool measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
+                           const std::function<bool(std::string*)>& launchTraffic,
+                           double* trafficSecondsPerIter, double* gemmTflops, std::string* error);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::bench

@@ -1,0 +1,62 @@
+// What one ferry-bench run measured with one library, and its line-based
+// serialization (the --json-out file a child hands to its parent in
+// --compare mode). Plain values; pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry_bench/ops.h"
+
+namespace ferry::bench {
+
+// One placement (out-of-place or in-place) at one size.
+struct Measure {
+  bool ran = false;
+  double timeUs = 0;
+  double algBw = 0;  // GB/s (1e9 bytes)
+  double busBw = 0;
+  int64_t wrong = -1;  // -1: not checked
+};
+
+// --overlap: the traffic (out-of-place) against a concurrent GEMM.
+struct OverlapMeasure {
+  bool ran = false;
+  double gemmTflopsAlone = 0;
+  double gemmTflopsUnder = 0;  // while the traffic runs
+  double busBwUnderGemm = 0;   // traffic's busbw while the GEMM runs
+};
+
+struct SizeRow {
+  size_t bytes = 0;
+  size_t count = 0;
+  Measure oop, ip;
+  OverlapMeasure overlap;
+};
+
+struct OpResult {
+  OpKind kind = OpKind::AllReduce;
+  bool supported = true;
+  std::string error;    // why the op stopped (unsupported, or failed mid-sweep)
+  bool failed = false;  // failed after the first size: a real error
+  int root = -1;        // -1 for ops without a root (nccl-tests' convention)
+  std::vector<SizeRow> rows;
+};
+
+struct RunResult {
+  std::string lib;
+  int version = 0;
+  int nranks = 0;
+  std::string runtime;  // "cuda" or "host"
+  std::string type;     // element type name
+  std::string redop;
+  int64_t wrongTotal = 0;  // this process's ranks
+  std::vector<OpResult> ops;
+};
+
+std::string serializeResult(const RunResult& result);
+bool parseResult(const std::string& text, RunResult* result, std::string* error);
+
+}  // namespace ferry::bench

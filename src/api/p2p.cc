@@ -1,0 +1,212 @@
+// Point-to-point API: ncclSend/ncclRecv and the grouped-p2p collectives
+// ncclAlltoAll, ncclGather, ncclScatter. Calls outside a group form a group
+// of one (as in NCCL); everything is issued at the outermost ncclGroupEnd.
+#include <limits>
+
+#include "api/api.h"
+#include "comm/group.h"
+
+using namespace ferry;
+
+namespace {
+
+size_t typeSize(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+// Validates what every p2p-based call shares and returns the byte count.
+Status checkCommon(ncclComm_t handle, size_t count, ncclDataType_t type, const char* fn,
+                   Communicator** comm, uint64_t* bytes) {
+  FERRY_CHECK(readyComm(handle, fn, comm));
+  if ((*comm)->finalized()) FERRY_FAIL(ncclInvalidUsage, "%s: communicator was finalized", fn);
+  if ((*comm)->params().getInt(ParamId::PassSm) == 0) {
+    FERRY_FAIL(ncclInvalidUsage, "%s: NCCL_PASS_SM=0 asks for kernel point-to-point, which this "
+               "Ferry version does not have yet; unset it to use the SM-free path", fn);
+  }
+  size_t size = typeSize(type);
+  if (size == 0) FERRY_FAIL(ncclInvalidArgument, "%s: invalid datatype %d", fn, static_cast<int>(type));
+  if (count > std::numeric_limits<uint64_t>::max() / 64 / size) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: count %zu is too large", fn, count);
+  }
+  *bytes = static_cast<uint64_t>(count) * size;
+  return ncclSuccess;
+}
+
+Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes, const char* what,
+                   const char* fn) {
+  if (bytes == 0) return ncclSuccess;
+  if (buf == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: %s is NULL", fn, what);
+  bool ok = false;
+  FERRY_CHECK(comm->runtime()->checkUserBuffer(buf, bytes, &ok));
+  if (!ok) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: %s %p is not device-accessible memory (use cudaMalloc, "
+               "ncclMemAlloc or pinned host memory)", fn, what, buf);
+  }
+  return ncclSuccess;
+}
+
+Status checkPeer(Communicator* comm, int peer, bool send, const char* fn) {
+  if (peer < 0 || peer >= comm->nranks()) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: peer %d is out of range [0, %d)", fn, peer, comm->nranks());
+  }
+  if (!comm->p2p()->reaches(peer, send)) {
+    FERRY_FAIL(ncclInvalidUsage, "%s: no transport reaches peer %d (another host: the network "
+               "transport is not implemented yet; or NCCL_P2P_DISABLE and NCCL_SHM_DISABLE)", fn, peer);
+  }
+  return ncclSuccess;
+}
+
+void add(Communicator* comm, bool send, int peer, const void* buf, uint64_t bytes, cudaStream_t s) {
+  P2pTask t;
+  t.isSend = send;
+  t.peer = peer;
+  t.buffer = const_cast<void*>(buf);
+  t.bytes = bytes;
+  t.stream = s;
+  groupAddP2p(comm, t);
+}
+
+// Runs `body` (which adds tasks) inside a group, so a call outside the
+// user's groups is issued at once, and a failed validation adds nothing.
+template <typename Body>
+Status inGroup(Body body) {
+  FERRY_CHECK(groupStart());
+  Status s = body();
+  Status e = groupEnd();
+  return s != ncclSuccess ? s : e;
+}
+
+}  // namespace
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclSend(const void* sendbuff, size_t count,
+                                               ncclDataType_t datatype, int peer, ncclComm_t comm,
+                                               cudaStream_t stream) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    uint64_t bytes = 0;
+    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
+    FERRY_CHECK(checkPeer(c, peer, true, __func__));
+    FERRY_CHECK(checkBuffer(c, sendbuff, bytes, "sendbuff", __func__));
+    return inGroup([&]() { add(c, true, peer, sendbuff, bytes, stream); return ncclSuccess; });
+  });
+}
+FERRY_PNCCL_ALIAS(ncclResult_t, ncclSend,
+                  (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                   ncclComm_t comm, cudaStream_t stream))
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclRecv(void* recvbuff, size_t count,
+                                               ncclDataType_t datatype, int peer, ncclComm_t comm,
+                                               cudaStream_t stream) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    uint64_t bytes = 0;
+    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
+    FERRY_CHECK(checkPeer(c, peer, false, __func__));
+    FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", __func__));
+    return inGroup([&]() { add(c, false, peer, recvbuff, bytes, stream); return ncclSuccess; });
+  });
+}
+FERRY_PNCCL_ALIAS(ncclResult_t, ncclRecv,
+                  (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                   cudaStream_t stream))
+
+namespace {
+
+// Shared shape of the three grouped collectives: validates every peer and
+// both buffers (nranks blocks on the side that holds them), then adds tasks.
+Status checkAllPeers(Communicator* c, const char* fn) {
+  for (int p = 0; p < c->nranks(); ++p) {
+    FERRY_CHECK(checkPeer(c, p, true, fn));
+    FERRY_CHECK(checkPeer(c, p, false, fn));
+  }
+  return ncclSuccess;
+}
+
+Status checkRoot(Communicator* c, int root, const char* fn) {
+  if (root < 0 || root >= c->nranks()) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: root %d is out of range [0, %d)", fn, root, c->nranks());
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff,
+                                                   size_t count, ncclDataType_t datatype,
+                                                   ncclComm_t comm, cudaStream_t stream) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    uint64_t bytes = 0;
+    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
+    FERRY_CHECK(checkAllPeers(c, __func__));
+    const int n = c->nranks();
+    FERRY_CHECK(checkBuffer(c, sendbuff, bytes * n, "sendbuff", __func__));
+    FERRY_CHECK(checkBuffer(c, recvbuff, bytes * n, "recvbuff", __func__));
+    return inGroup([&]() {
+      for (int p = 0; p < n; ++p) {
+        add(c, true, p, static_cast<const char*>(sendbuff) + bytes * p, bytes, stream);
+        add(c, false, p, static_cast<char*>(recvbuff) + bytes * p, bytes, stream);
+      }
+      return ncclSuccess;
+    });
+  });
+}
+FERRY_PNCCL_ALIAS(ncclResult_t, ncclAlltoAll,
+                  (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                   ncclComm_t comm, cudaStream_t stream))
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclGather(const void* sendbuff, void* recvbuff,
+                                                 size_t count, ncclDataType_t datatype, int root,
+                                                 ncclComm_t comm, cudaStream_t stream) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    uint64_t bytes = 0;
+    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
+    FERRY_CHECK(checkRoot(c, root, __func__));
+    FERRY_CHECK(checkAllPeers(c, __func__));
+    const int n = c->nranks();
+    FERRY_CHECK(checkBuffer(c, sendbuff, bytes, "sendbuff", __func__));
+    if (c->rank() == root) FERRY_CHECK(checkBuffer(c, recvbuff, bytes * n, "recvbuff", __func__));
+    return inGroup([&]() {
+      add(c, true, root, sendbuff, bytes, stream);
+      if (c->rank() == root) {
+        for (int p = 0; p < n; ++p) add(c, false, p, static_cast<char*>(recvbuff) + bytes * p, bytes, stream);
+      }
+      return ncclSuccess;
+    });
+  });
+}
+FERRY_PNCCL_ALIAS(ncclResult_t, ncclGather,
+                  (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                   int root, ncclComm_t comm, cudaStream_t stream))
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff,
+                                                  size_t count, ncclDataType_t datatype, int root,
+                                                  ncclComm_t comm, cudaStream_t stream) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    uint64_t bytes = 0;
+    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
+    FERRY_CHECK(checkRoot(c, root, __func__));
+    FERRY_CHECK(checkAllPeers(c, __func__));
+    const int n = c->nranks();
+    if (c->rank() == root) FERRY_CHECK(checkBuffer(c, sendbuff, bytes * n, "sendbuff", __func__));
+    FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", __func__));
+    return inGroup([&]() {
+      if (c->rank() == root) {
+        for (int p = 0; p < n; ++p) add(c, true, p, static_cast<const char*>(sendbuff) + bytes * p, bytes, stream);
+      }
+      add(c, false, root, recvbuff, bytes, stream);
+      return ncclSuccess;
+    });
+  });
+}
+FERRY_PNCCL_ALIAS(ncclResult_t, ncclScatter,
+                  (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                   int root, ncclComm_t comm, cudaStream_t stream))

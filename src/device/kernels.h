@@ -1,0 +1,32 @@
+// Every Ferry kernel, as host-side handles (DESIGN.md layer 8). Plain C++:
+// included by runtime/cuda (C++20, no nvcc) as well as by .cu files.
+//
+// Why a list: under lazy module loading a kernel is loaded on its first
+// launch, and that load can block behind a stream waiting on a host word
+// (DESIGN.md, "Measured hazard"). Runtime::preloadKernels() walks this list
+// at communicator init so that no Ferry kernel is ever loaded lazily later.
+// Every __global__ function added under src/device must be listed in
+// kernels.cu.
+//
+// Only in builds with CUDA (the .cu files are compiled only there).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::device {
+
+struct KernelEntry {
+  const char* name;  // for log lines
+  const void* func;  // the __global__ function, as cudaLaunchKernel takes it
+};
+
+// The table of every Ferry kernel; `*count` entries. Static storage.
+const KernelEntry* allKernels(size_t* count);
+
+// ferryWaitGeqKernel (wait_kernel.h): launch with grid 1, block 1 and the
+// arguments (const volatile uint64_t* word, uint64_t target,
+// uint64_t timeoutNs).
+const void* waitGeqKernel();
+
+}  // namespace ferry::device

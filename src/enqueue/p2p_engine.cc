@@ -1,0 +1,232 @@
+#include "enqueue/p2p_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ferry {
+
+P2pEngine::~P2pEngine() {
+  if (!shutDown_) (void)shutdown(true, 10000);
+}
+
+Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncError,
+                         std::shared_ptr<Proxy> proxy, std::unique_ptr<P2pEngine>* out) {
+  std::unique_ptr<P2pEngine> e(new P2pEngine());
+  e->runtime_ = ctx.runtime;
+  e->proxy_ = std::move(proxy);
+  e->asyncError_ = asyncError;
+  e->myRank_ = ctx.topology->myRank;
+  e->device_ = ctx.device;
+  e->zeroCopy_ = ctx.params->getInt(ParamId::P2pZeroCopy) != 0;
+  const std::string& wait = ctx.params->getString(ParamId::UserWait);
+  if (wait == "kernel") {
+    e->spinWait_ = true;
+  } else if (wait == "memop") {
+    e->spinWait_ = false;
+  } else {
+    if (wait != "auto") FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
+    e->spinWait_ = ctx.runtime->kind() == rt::RuntimeKind::Cuda && ctx.runtime->lazyModuleLoading();
+  }
+  // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
+  // stream waits (the hazard above).
+  FERRY_CHECK(ctx.runtime->preloadKernels());
+  FERRY_CHECK(setupP2p(ctx, &e->state_));
+  FERRY_INFO(kLogP2p | kLogInit, "SM-free p2p ready: user streams wait with %s%s",
+             e->spinWait_ ? "a one-thread spin kernel (lazy module loading)"
+                          : "stream memory operations (zero SMs)",
+             e->zeroCopy_ ? ", zero-copy when the receive buffer can be mapped" : "");
+  *out = std::move(e);
+  return ncclSuccess;
+}
+
+bool P2pEngine::reaches(int peer, bool send) const {
+  if (peer < 0 || peer >= static_cast<int>(state_.send.size())) return false;
+  return send ? state_.send[peer] != nullptr : state_.recv[peer] != nullptr;
+}
+
+Status P2pEngine::newEvent(std::shared_ptr<rt::Event>* out) {
+  std::unique_ptr<rt::Event> ev;
+  {
+    std::lock_guard<std::mutex> lock(eventMu_);
+    if (!freeEvents_.empty()) {
+      ev = std::move(freeEvents_.back());
+      freeEvents_.pop_back();
+    }
+  }
+  if (!ev) FERRY_CHECK(runtime_->createEvent(&ev));
+  // Returned to the pool when the last operation holding it lets it go (the
+  // proxy drops it right after issuing its stream wait on it).
+  *out = std::shared_ptr<rt::Event>(ev.release(), [this](rt::Event* e) {
+    std::lock_guard<std::mutex> lock(eventMu_);
+    freeEvents_.emplace_back(e);
+  });
+  return ncclSuccess;
+}
+
+Status P2pEngine::streamFor(void* handle, std::vector<void*>& handles,
+                            std::vector<std::unique_ptr<rt::Stream>>& streams, size_t* index) {
+  auto it = std::find(handles.begin(), handles.end(), handle);
+  if (it != handles.end()) {
+    *index = static_cast<size_t>(it - handles.begin());
+    return ncclSuccess;
+  }
+  bool capturing = false;
+  FERRY_CHECK(runtime_->isCapturing(handle, &capturing));
+  if (capturing) {
+    FERRY_FAIL(ncclInvalidUsage, "SM-free send/recv cannot be captured in a CUDA graph in this "
+               "version (no kernel p2p fallback yet); issue it outside the capture");
+  }
+  std::unique_ptr<rt::Stream> s;
+  FERRY_CHECK(runtime_->wrapUserStream(handle, &s));
+  handles.push_back(handle);
+  streams.push_back(std::move(s));
+  *index = streams.size() - 1;
+  return ncclSuccess;
+}
+
+Status P2pEngine::userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word, uint64_t value) {
+  uint64_t* addr = ctrl.dev(word);
+  FERRY_TRACE(kLogP2p, "user stream %p waits for word +%zu of block %p >= %llu (now %llu)",
+              stream.nativeHandle(),
+              static_cast<size_t>(reinterpret_cast<char*>(&word) - reinterpret_cast<char*>(ctrl.ctrl)),
+              static_cast<void*>(ctrl.ctrl), static_cast<unsigned long long>(value),
+              static_cast<unsigned long long>(word.load()));
+  if (spinWait_) return stream.waitValue64Spin(addr, value);
+  return stream.waitValue64(addr, value, rt::WaitCondition::Geq);
+}
+
+// Decides how the receive lands: straight into the user's buffer when the
+// sender can write it (same process, or a mappable allocation), else through
+// the FIFO. The decision is local and per message, so a buffer that cannot be
+// mapped never blocks anything: it just costs a second copy.
+Status P2pEngine::makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op) {
+  RecvConnection& c = *state_.recv[task.peer];
+  op->kind = P2pOp::Kind::Recv;
+  op->recv = &c;
+  op->mode = RdvMode::Fifo;
+  if (c.samePeerProcess) {
+    op->mode = RdvMode::ZeroCopyLocal;
+  } else if (zeroCopy_ && task.bytes > 0) {
+    FERRY_CHECK(runtime_->describeAllocation(task.buffer, task.bytes, &op->alloc));
+    if (op->alloc.mappable) op->mode = RdvMode::ZeroCopyIpc;
+  }
+  if (op->mode != RdvMode::Fifo) {
+    // Stream write: the sender may overwrite the buffer once the user's
+    // stream has reached this point (all earlier work on it is complete).
+    FERRY_CHECK(stream.writeValue64(c.ctrl.dev(c.ctrl.ctrl->recvReady), op->seq + 1));
+  }
+  return ncclSuccess;
+}
+
+Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
+  if (tasks.empty()) return ncclSuccess;
+  Status err = asyncError_->load(std::memory_order_acquire);
+  if (err != ncclSuccess) FERRY_FAIL(err, "communicator is in error state: %s", statusString(err));
+  FERRY_CHECK(runtime_->setDevice(device_));
+  std::vector<void*> handles;
+  std::vector<std::unique_ptr<rt::Stream>> streams;
+  std::vector<std::shared_ptr<rt::Event>> ready;
+  std::vector<size_t> streamOf(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    FERRY_CHECK(streamFor(tasks[i].stream, handles, streams, &streamOf[i]));
+    if (ready.size() < streams.size()) {
+      std::shared_ptr<rt::Event> ev;
+      FERRY_CHECK(newEvent(&ev));
+      FERRY_CHECK(ev->record(*streams.back()));
+      ready.push_back(std::move(ev));
+    }
+  }
+  std::vector<std::unique_ptr<P2pOp>> ops;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const P2pTask& t = tasks[i];
+    auto op = std::make_unique<P2pOp>();
+    op->owner = this;
+    op->runtime = runtime_;
+    op->buffer = static_cast<char*>(t.buffer);
+    op->bytes = t.bytes;
+    op->ready = ready[streamOf[i]];
+    op->asyncError = asyncError_;
+    if (t.isSend) {
+      op->kind = P2pOp::Kind::Send;
+      op->send = state_.send[t.peer].get();
+      op->seq = op->send->nextSeq++;
+    } else {
+      op->seq = state_.recv[t.peer]->nextSeq++;
+      FERRY_CHECK(makeRecvOp(t, *streams[streamOf[i]], op.get()));
+    }
+    ops.push_back(std::move(op));
+  }
+  // What the user streams wait for, taken before posting: once posted, an
+  // operation belongs to the proxy thread, which frees it when done.
+  std::vector<std::pair<uint64_t, bool>> waits;  // (seq + 1, FIFO receive)
+  std::vector<P2pOp*> posted;
+  for (auto& op : ops) {
+    waits.emplace_back(op->seq + 1, op->kind == P2pOp::Kind::Recv && op->mode == RdvMode::Fifo);
+    posted.push_back(op.release());
+  }
+  proxy_->post(std::move(posted));
+  // Each user stream waits for its own operations' completion words.
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const P2pTask& t = tasks[i];
+    rt::Stream& s = *streams[streamOf[i]];
+    if (t.isSend) {
+      SendConnection& c = *state_.send[t.peer];
+      FERRY_CHECK(userWait(s, c.ctrl, c.ctrl.ctrl->sendDone, waits[i].first));
+    } else {
+      RecvConnection& c = *state_.recv[t.peer];
+      FERRY_CHECK(userWait(s, c.ctrl, waits[i].second ? c.ctrl.ctrl->fifoDone : c.ctrl.ctrl->zcDone,
+                           waits[i].first));
+    }
+  }
+  return ncclSuccess;
+}
+
+Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
+  if (shutDown_) return ncclSuccess;
+  shutDown_ = true;
+  Status s = proxy_->detach(this, abort, timeoutMs);
+  if (s != ncclSuccess || abort) {
+    // Nothing may stay blocked on this communicator's words.
+    for (auto& c : state_.send) if (c) releaseConnectionWaits(*c);
+    for (auto& c : state_.recv) if (c) releaseConnectionWaits(*c);
+  }
+  (void)runtime_->setDevice(device_);
+  for (auto& c : state_.send) if (c) (void)c->stream->synchronize();
+  for (auto& c : state_.recv) if (c) (void)c->stream->synchronize();
+  FERRY_INFO(kLogP2p, "rank %d p2p totals:%s", myRank_, describeCounters().c_str());
+  return s;
+}
+
+void P2pEngine::peerStats(int peer, uint64_t out[5]) const {
+  for (int i = 0; i < 5; ++i) out[i] = 0;
+  if (peer < 0 || peer >= static_cast<int>(state_.send.size())) return;
+  if (const SendConnection* s = state_.send[peer].get()) {
+    out[0] = s->counters.ops.load(std::memory_order_relaxed);
+    out[1] = s->counters.bytes.load(std::memory_order_relaxed);
+    out[2] = s->counters.zeroCopyOps.load(std::memory_order_relaxed);
+  }
+  if (const RecvConnection* r = state_.recv[peer].get()) {
+    out[3] = r->counters.ops.load(std::memory_order_relaxed);
+    out[4] = r->counters.bytes.load(std::memory_order_relaxed);
+  }
+}
+
+std::string P2pEngine::describeCounters() const {
+  std::string out;
+  for (size_t p = 0; p < state_.send.size(); ++p) {
+    const SendConnection* s = state_.send[p].get();
+    const RecvConnection* r = state_.recv[p].get();
+    if (s == nullptr && r == nullptr) continue;
+    char line[200];
+    snprintf(line, sizeof(line), " [peer %zu: sent %llu ops %llu B (%llu zero-copy), received %llu ops %llu B]",
+             p, s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
+             s ? static_cast<unsigned long long>(s->counters.bytes.load()) : 0ULL,
+             s ? static_cast<unsigned long long>(s->counters.zeroCopyOps.load()) : 0ULL,
+             r ? static_cast<unsigned long long>(r->counters.ops.load()) : 0ULL,
+             r ? static_cast<unsigned long long>(r->counters.bytes.load()) : 0ULL);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace ferry

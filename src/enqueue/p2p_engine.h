@@ -1,0 +1,85 @@
+// The SM-free point-to-point engine of one communicator: owns its
+// connections (transport/), turns a group's send/recv tasks into proxy
+// operations, and orders them against the user's streams with zero SMs:
+//   start:  a ready event is recorded on the user stream; the proxy's copy
+//           stream waits on it (a GPU-side dependency, no host polling)
+//           before touching the user's buffer. Zero-copy receives also
+//           write recvReady from the user stream (a stream memory op).
+//   finish: the user stream waits until the connection's completion word
+//           (sendDone / zcDone / fifoDone) reaches the operation's count.
+//           With cuStreamWaitValue64 (zero SMs) when modules load eagerly;
+//           under lazy module loading (CUDA's and PyTorch's default) with a
+//           one-thread spin kernel, because a stream blocked in a host-word
+//           wait stalls the lazy load of any kernel in the process, which
+//           can deadlock a program that launches a new kernel before posting
+//           the receive that would release the wait (DESIGN.md, measured).
+//
+// Threading: launch() is called by the thread that owns the communicator;
+// the proxy thread runs the operations. Lifetime: shutdown() must run before
+// destruction; after it no operation of this engine remains anywhere.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/params.h"
+#include "proxy/proxy.h"
+#include "transport/connection.h"
+#include "transport/setup.h"
+
+namespace ferry {
+
+struct P2pTask {
+  bool isSend = false;
+  int peer = -1;
+  void* buffer = nullptr;
+  uint64_t bytes = 0;
+  void* stream = nullptr;  // the user's stream handle (cudaStream_t)
+};
+
+class P2pEngine {
+ public:
+  ~P2pEngine();
+  // Collective: establishes every connection (see transport/setup.h).
+  [[nodiscard]] static Status create(const P2pSetupContext& ctx, std::atomic<Status>* asyncError,
+                                     std::shared_ptr<Proxy> proxy,
+                                     std::unique_ptr<P2pEngine>* out);
+
+  // Enqueues one group's tasks of this communicator, in call order.
+  [[nodiscard]] Status launch(const std::vector<P2pTask>& tasks);
+  // Waits for (or, with abort, drops) every operation, then lets the copy
+  // streams drain. Idempotent.
+  [[nodiscard]] Status shutdown(bool abort, int64_t timeoutMs);
+
+  bool reaches(int peer, bool send) const;
+  // Counters of the connections with `peer` (zeros where none exists).
+  void peerStats(int peer, uint64_t out[5]) const;
+  // "peer N: X ops, Y bytes ..." lines for INFO logs and tests.
+  std::string describeCounters() const;
+
+ private:
+  P2pEngine() = default;
+  [[nodiscard]] Status streamFor(void* handle, std::vector<void*>& handles,
+                                 std::vector<std::unique_ptr<rt::Stream>>& streams, size_t* index);
+  [[nodiscard]] Status userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word,
+                                uint64_t value);
+  [[nodiscard]] Status newEvent(std::shared_ptr<rt::Event>* out);
+  [[nodiscard]] Status makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op);
+
+  rt::Runtime* runtime_ = nullptr;
+  std::shared_ptr<Proxy> proxy_;
+  std::atomic<Status>* asyncError_ = nullptr;
+  P2pState state_;
+  int myRank_ = -1;
+  int device_ = -1;
+  bool spinWait_ = false;
+  bool zeroCopy_ = true;
+  bool shutDown_ = false;
+  // Ready events, reused once the proxy has issued the wait on them.
+  std::mutex eventMu_;
+  std::vector<std::unique_ptr<rt::Event>> freeEvents_;
+};
+
+}  // namespace ferry

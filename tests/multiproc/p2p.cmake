@@ -1,0 +1,25 @@
+# SM-free point-to-point across real processes (host runtime in CI; the same
+# program runs on CUDA from tests/gpu/p2p_gpu.cmake).
+add_executable(mp_p2p ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_cases.cc
+                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_util.cc)
+target_include_directories(mp_p2p PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
+target_link_libraries(mp_p2p PRIVATE ferry_test_buffers)
+
+function(ferry_p2p_test name nranks case)
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --runtime host --timeout 280
+            $<TARGET_FILE:mp_p2p> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 300 ${ARGN})
+endfunction()
+
+foreach(n 2 3 8)
+  ferry_p2p_test(p2p.alltoall.n${n} ${n} alltoall)
+endforeach()
+ferry_p2p_test(p2p.stress.n4 4 stress)
+ferry_p2p_test(p2p.dtypes.n3 3 dtypes)
+ferry_p2p_test(p2p.unbatched.n2 2 unbatched)
+ferry_p2p_test(p2p.unbatched.n4 4 unbatched ENVIRONMENT FERRY_P2P_CHUNK_BYTES=256K)
+ferry_p2p_test(p2p.mixes.n2 2 mixes)
+ferry_p2p_test(p2p.mixes.shm.n3 3 mixes ENVIRONMENT NCCL_P2P_DISABLE=1)
+ferry_p2p_test(p2p.abort.n2 2 abort)
+ferry_p2p_test(p2p.large.n2 2 large RUN_SERIAL TRUE)

@@ -1,0 +1,227 @@
+// Multi-process tests of SM-free point-to-point through the public API, run
+// under ferry-run on the host runtime (CI) and on CUDA (tests/gpu). Every
+// payload is fresh random data that the receiver recomputes independently
+// from the shared seed (sender, receiver, round), outputs are poisoned first,
+// and every byte is compared.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/buffers.h"
+#include "common/proc.h"
+#include "common/random.h"
+#include "ferry.h"
+#include "mp_check.h"
+#include "nccl.h"
+#include "p2p_util.h"
+
+namespace {
+
+using namespace ferry::test;
+
+// ---- alltoallv with random sizes, peers and buffer kinds ------------------
+
+// Bytes rank s sends to rank r in `round` (both sides compute it).
+size_t pairBytes(const World& w, uint64_t round, int s, int r, size_t maxBytes) {
+  Rng rng(w.seed ^ (round * 0x9E3779B97F4A7C15ULL), static_cast<uint64_t>(s * 4096 + r) + 1);
+  uint64_t pick = rng.below(8);
+  if (pick == 0) return 0;
+  if (pick == 1) return 1 + rng.below(7);  // odd tiny sizes
+  return rng.below(maxBytes + 1);
+}
+
+void roundOfAlltoallv(World& w, uint64_t round, size_t maxBytes, BufferKind sendKind,
+                      BufferKind recvKind) {
+  const int n = w.nranks, me = w.rank;
+  std::vector<std::unique_ptr<Message>> outgoing, incoming;
+  for (int p = 0; p < n; ++p) {
+    outgoing.push_back(std::make_unique<Message>(w, round, me, p, pairBytes(w, round, me, p, maxBytes), sendKind));
+    incoming.push_back(std::make_unique<Message>(w, round, p, me, pairBytes(w, round, p, me, maxBytes), recvKind));
+    outgoing.back()->fillAsSender();
+    incoming.back()->poison();
+  }
+  // Random peer order, sends and receives interleaved, all in one group.
+  std::vector<int> order(2 * n);
+  for (int i = 0; i < 2 * n; ++i) order[i] = i;
+  Rng shuffle(w.seed ^ round, 777 + me);
+  for (int i = 2 * n - 1; i > 0; --i) std::swap(order[i], order[shuffle.below(i + 1)]);
+  EXPECT_OK(ncclGroupStart());
+  for (int k : order) {
+    int p = k % n;
+    if (k < n) {
+      EXPECT_OK(ncclSend(outgoing[p]->buf.data(), outgoing[p]->bytes, ncclInt8, p, w.comm, w.stream));
+    } else {
+      EXPECT_OK(ncclRecv(incoming[p]->buf.data(), incoming[p]->bytes, ncclInt8, p, w.comm, w.stream));
+    }
+  }
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  for (int p = 0; p < n; ++p) incoming[p]->verify("alltoallv");
+}
+
+void caseAlltoall(World& w) {
+  const BufferKind kinds[2] = {BufferKind::Plain, BufferKind::Mapped};
+  for (uint64_t round = 0; round < 24; ++round) {
+    roundOfAlltoallv(w, round, 3 << 20, kinds[round % 2], kinds[(round / 2) % 2]);
+  }
+  // ncclAlltoAll itself: equal blocks, float, one call.
+  const size_t count = 12345;
+  const size_t block = count * sizeof(float);
+  TestBuffer send(block * w.nranks, BufferKind::Plain), recv(block * w.nranks, BufferKind::Mapped);
+  std::vector<uint8_t> host(block * w.nranks);
+  for (int p = 0; p < w.nranks; ++p) expectedPayload(w, 99, w.rank, p, host.data() + block * p, block);
+  send.upload(host.data(), host.size());
+  std::vector<uint8_t> poison(host.size(), 0xA5);
+  recv.upload(poison.data(), poison.size());
+  EXPECT_OK(ncclAlltoAll(send.data(), recv.data(), count, ncclFloat, w.comm, w.stream));
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  recv.download(host.data(), host.size());
+  std::vector<uint8_t> want(block);
+  for (int p = 0; p < w.nranks; ++p) {
+    expectedPayload(w, 99, p, w.rank, want.data(), block);
+    EXPECT_TRUE(memcmp(host.data() + block * p, want.data(), block) == 0, "ncclAlltoAll block from %d", p);
+  }
+}
+
+// 1,000 small rounds: random sizes (0..64 KiB), random subsets of peers.
+void caseStress(World& w) {
+  for (uint64_t round = 0; round < 1000; ++round) {
+    roundOfAlltoallv(w, 1000 + round, 64 << 10, BufferKind::Plain,
+                     round % 3 == 0 ? BufferKind::Mapped : BufferKind::Plain);
+  }
+}
+
+// Every datatype, counts 0, 1 and a prime, to every peer and to self; then
+// gather and scatter with every root.
+void caseDtypes(World& w) {
+  const size_t counts[3] = {0, 1, 1009};
+  for (int t = 0; t < ncclNumTypes; ++t) {
+    auto type = static_cast<ncclDataType_t>(t);
+    for (size_t count : counts) {
+      size_t bytes = count * dataTypeSize(type);
+      uint64_t round = 5000 + t * 8 + count % 7;
+      std::vector<std::unique_ptr<Message>> out, in;
+      EXPECT_OK(ncclGroupStart());
+      for (int p = 0; p < w.nranks; ++p) {
+        out.push_back(std::make_unique<Message>(w, round, w.rank, p, bytes, BufferKind::Plain));
+        in.push_back(std::make_unique<Message>(w, round, p, w.rank, bytes, BufferKind::Plain));
+        out.back()->fillAsSender();
+        in.back()->poison();
+        EXPECT_OK(ncclSend(out.back()->buf.data(), count, type, p, w.comm, w.stream));
+        EXPECT_OK(ncclRecv(in.back()->buf.data(), count, type, p, w.comm, w.stream));
+      }
+      EXPECT_OK(ncclGroupEnd());
+      EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+      for (auto& m : in) m->verify(dataTypeName(type));
+    }
+  }
+  for (int root = 0; root < w.nranks; ++root) gatherScatter(w, root);
+}
+
+// ---- unbatched orders that kernel-mode NCCL completes ----------------------
+
+// (a) rank 0: send on comm A / stream A, then recv on comm B / stream B;
+//     rank 1: send on B / stream B, then recv on A / stream A; each call its
+//     own group. Messages exceed the FIFO, so a send cannot finish early.
+void caseUnbatched(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const int peer = w.rank ^ 1;
+  const bool first = (w.rank % 2) == 0;
+  const size_t bytes = 24 << 20;
+  World b = w.split();  // communicator B over the same ranks
+  cudaStream_t streamB = nullptr;
+  EXPECT_OK(ncclFerryStreamCreate(&streamB));
+  for (BufferKind kind : {BufferKind::Plain, BufferKind::Mapped}) {
+    Message outA(w, 11, w.rank, peer, bytes, kind), inA(w, 11, peer, w.rank, bytes, kind);
+    Message outB(w, 12, w.rank, peer, bytes, kind), inB(w, 12, peer, w.rank, bytes, kind);
+    outA.fillAsSender();
+    outB.fillAsSender();
+    inA.poison();
+    inB.poison();
+    if (first) {
+      EXPECT_OK(ncclSend(outA.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+      EXPECT_OK(ncclRecv(inB.buf.data(), bytes, ncclInt8, peer, b.comm, streamB));
+    } else {
+      EXPECT_OK(ncclSend(outB.buf.data(), bytes, ncclInt8, peer, b.comm, streamB));
+      EXPECT_OK(ncclRecv(inA.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(streamB));
+    if (first) {
+      inB.verify("unbatched (a)");
+    } else {
+      inA.verify("unbatched (a)");
+    }
+    // (b) pipeline order on one stream: even ranks send then receive, odd
+    // ranks receive then send, no group around the pair.
+    Message out(w, 13, w.rank, peer, bytes, kind), in(w, 13, peer, w.rank, bytes, kind);
+    out.fillAsSender();
+    in.poison();
+    if (first) {
+      EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+      EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    } else {
+      EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+      EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    in.verify("pipeline (b)");
+  }
+  EXPECT_OK(ncclFerryStreamDestroy(streamB));
+  b.destroy();
+}
+
+// Registered/unregistered on both sides; zero-copy exactly when the
+// receiver's buffer can be mapped, and a registration never changes results.
+void caseMixes(World& w) {
+  if (w.nranks < 2) return;
+  const int next = (w.rank + 1) % w.nranks, prev = (w.rank + w.nranks - 1) % w.nranks;
+  const size_t bytes = (5 << 20) + 3;
+  int round = 20;
+  for (BufferKind sk : {BufferKind::Plain, BufferKind::Mapped}) {
+    for (BufferKind rk : {BufferKind::Plain, BufferKind::Mapped}) {
+      ++round;
+      Message out(w, round, w.rank, next, bytes, sk), in(w, round, prev, w.rank, bytes, rk);
+      out.fillAsSender();
+      in.poison();
+      void* reg = nullptr;
+      EXPECT_OK(ncclCommRegister(w.comm, in.buf.data(), bytes, &reg));
+      ncclFerryPeerStats_t before{}, after{};
+      EXPECT_OK(ncclFerryCommPeerStats(w.comm, next, &before));
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclUint8, next, w.comm, w.stream));
+      EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclUint8, prev, w.comm, w.stream));
+      EXPECT_OK(ncclGroupEnd());
+      EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+      in.verify("mixes");
+      EXPECT_OK(ncclCommDeregister(w.comm, reg));
+      // The receiver's kind decides the path; the counter is the sender's.
+      std::vector<int> kinds(w.nranks, 0);
+      kinds[w.rank] = rk == BufferKind::Mapped ? 1 : 0;
+      EXPECT_OK(ncclFerryBootstrapAllGather(w.comm, kinds.data(), sizeof(int)));
+      EXPECT_OK(ncclFerryCommPeerStats(w.comm, next, &after));
+      bool sameProcessPeer = false;  // ferry-run ranks are separate processes
+      unsigned long long zc = after.sendZeroCopyOps - before.sendZeroCopyOps;
+      EXPECT_TRUE(zc == (kinds[next] || sameProcessPeer ? 1u : 0u),
+                  "send to %d (receiver kind %d) used zero-copy %llu times", next, kinds[next], zc);
+      EXPECT_TRUE(after.sendBytes - before.sendBytes == bytes, "byte counter");
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::map<std::string, std::function<void(World&)>> cases = {
+      {"alltoall", caseAlltoall}, {"stress", caseStress},   {"dtypes", caseDtypes},
+      {"unbatched", caseUnbatched}, {"mixes", caseMixes},   {"large", caseLarge},
+      {"abort", caseAbortInFlight},
+  };
+  return runCase(argc, argv, cases);
+}

@@ -1,0 +1,169 @@
+#include "p2p_util.h"
+
+#include <cstring>
+#include <thread>
+
+#include "common/proc.h"
+#include "common/random.h"
+#include "ferry.h"
+#include "mp_check.h"
+
+namespace ferry::test {
+
+World World::split() const {
+  World s = *this;
+  s.comm = nullptr;
+  EXPECT_OK(ncclCommSplit(comm, 0, rank, &s.comm, nullptr));
+  return s;
+}
+
+void World::destroy() {
+  if (comm != nullptr) EXPECT_OK(ncclCommDestroy(comm));
+  comm = nullptr;
+}
+
+void expectedPayload(const World& w, uint64_t round, int sender, int receiver, void* out,
+                     size_t bytes) {
+  Rng rng(w.seed ^ (round * 0x9E3779B97F4A7C15ULL), static_cast<uint64_t>(sender) * 65536 + receiver);
+  auto* p = static_cast<uint8_t*>(out);
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t v = rng.next();
+    memcpy(p + i, &v, 8);
+  }
+  uint64_t v = rng.next();
+  for (; i < bytes; ++i, v >>= 8) p[i] = static_cast<uint8_t>(v);
+}
+
+Message::Message(const World& w, uint64_t r, int s, int d, size_t b, BufferKind kind)
+    : world(w), round(r), sender(s), receiver(d), bytes(b), buf(b, kind) {
+  EXPECT_TRUE(buf.ok(), "allocation of %zu bytes failed", b);
+}
+
+void Message::fillAsSender() {
+  std::vector<uint8_t> host(bytes);
+  expectedPayload(world, round, sender, receiver, host.data(), bytes);
+  buf.upload(host.data(), bytes);
+}
+
+void Message::poison() {
+  std::vector<uint8_t> host(bytes, 0xA5);
+  buf.upload(host.data(), bytes);
+}
+
+void Message::verify(const char* what) {
+  std::vector<uint8_t> got(bytes), want(bytes);
+  buf.download(got.data(), bytes);
+  expectedPayload(world, round, sender, receiver, want.data(), bytes);
+  if (memcmp(got.data(), want.data(), bytes) == 0) return;
+  size_t i = 0;
+  while (got[i] == want[i]) ++i;
+  EXPECT_TRUE(false, "%s: round %llu %d->%d (%zu bytes): byte %zu is 0x%02x, expected 0x%02x", what,
+              static_cast<unsigned long long>(round), sender, receiver, bytes, i, got[i], want[i]);
+}
+
+// Gather to `root`, then scatter from it, in double (8-byte elements).
+void gatherScatter(World& w, int root) {
+  const size_t count = 777;
+  const size_t block = count * sizeof(double);
+  const int n = w.nranks;
+  Message mine(w, 6000 + root, w.rank, root, block, BufferKind::Plain);
+  mine.fillAsSender();
+  TestBuffer all(block * n, BufferKind::Mapped);
+  std::vector<uint8_t> host(block * n, 0xA5);
+  all.upload(host.data(), host.size());
+  EXPECT_OK(ncclGather(mine.buf.data(), all.data(), count, ncclFloat64, root, w.comm, w.stream));
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  std::vector<uint8_t> want(block);
+  if (w.rank == root) {
+    all.download(host.data(), host.size());
+    for (int p = 0; p < n; ++p) {
+      expectedPayload(w, 6000 + root, p, root, want.data(), block);
+      EXPECT_TRUE(memcmp(host.data() + block * p, want.data(), block) == 0, "gather block %d", p);
+    }
+    for (int p = 0; p < n; ++p) expectedPayload(w, 7000 + root, root, p, host.data() + block * p, block);
+    all.upload(host.data(), host.size());
+  }
+  Message in(w, 7000 + root, root, w.rank, block, BufferKind::Plain);
+  in.poison();
+  EXPECT_OK(ncclScatter(all.data(), in.buf.data(), count, ncclFloat64, root, w.comm, w.stream));
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  in.verify("scatter");
+}
+
+// A message of more than 2^31 elements (host runtime) or more than 4 GiB
+// (CUDA) between rank pairs, both directions at once.
+void caseLarge(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const int peer = w.rank ^ 1;
+  const size_t bytes = onCuda() ? (size_t{5} << 30) + 4099 : (size_t{1} << 31) + 4099;
+  for (BufferKind kind : {BufferKind::Plain, BufferKind::Mapped}) {
+    if (!onCuda() && kind == BufferKind::Mapped) continue;  // host: one size class is enough
+    Message out(w, 8000, w.rank, peer, bytes, kind), in(w, 8000, peer, w.rank, bytes, kind);
+    out.fillAsSender();
+    in.poison();
+    auto start = Clock::now();
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    printf("large message of %zu bytes (%s) in %.3f s\n", bytes,
+           kind == BufferKind::Mapped ? "zero-copy" : "FIFO", secondsSince(start));
+    in.verify("large");
+  }
+}
+
+// Sends that can never be received, then abort: everything returns promptly.
+void caseAbortInFlight(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const size_t bytes = 64 << 20;
+  Message out(w, 9000, w.rank, w.rank ^ 1, bytes, BufferKind::Plain);
+  out.fillAsSender();
+  if (w.rank % 2 == 0) EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, w.rank ^ 1, w.comm, w.stream));
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto start = Clock::now();
+  EXPECT_OK(ncclCommAbort(w.comm));
+  w.comm = nullptr;
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  double s = secondsSince(start);
+  printf("abort with a send in flight returned in %.3f s\n", s);
+  EXPECT_TRUE(s < 5.0, "abort took %.2f s", s);
+}
+
+int runCase(int argc, char** argv, const std::map<std::string, std::function<void(World&)>>& cases) {
+  if (argc != 2 || cases.count(argv[1]) == 0) {
+    fprintf(stderr, "usage: ferry-run -n N %s <case>\n", argv[0]);
+    return 2;
+  }
+  LaunchEnv env;
+  std::string error;
+  if (!readLaunchEnv(&env, &error)) {
+    fprintf(stderr, "%s\n", error.c_str());
+    return 2;
+  }
+  int ndev = 0;
+  if (ncclFerryGetDeviceCount(&ndev) == ncclSuccess && ndev > 0) {
+    (void)ncclFerrySetDevice((env.device >= 0 ? env.device : env.localRank) % ndev);
+  }
+  World w;
+  w.rank = env.rank;
+  w.nranks = env.nranks;
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  EXPECT_OK(ncclCommInitRank(&w.comm, w.nranks, id, w.rank));
+  if (gFailures > 0) return 1;
+  std::vector<uint64_t> seeds(w.nranks, 0);
+  seeds[w.rank] = testSeed();
+  EXPECT_OK(ncclFerryBootstrapAllGather(w.comm, seeds.data(), sizeof(uint64_t)));
+  w.seed = seeds[0];
+  EXPECT_OK(ncclFerryStreamCreate(&w.stream));
+  cases.at(argv[1])(w);
+  w.destroy();
+  EXPECT_OK(ncclFerryStreamDestroy(w.stream));
+  printf("%s %s: %d failure(s)\n", gFailures == 0 ? "PASS" : "FAIL", argv[1], gFailures.load());
+  return gFailures == 0 ? 0 : 1;
+}
+
+}  // namespace ferry::test
