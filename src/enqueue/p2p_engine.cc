@@ -146,6 +146,7 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
     op->bytes = t.bytes;
     op->ready = ready[streamOf[i]];
     op->asyncError = asyncError_;
+    op->streamWaitsPeer = !spinWait_;
     if (t.isSend) {
       op->kind = P2pOp::Kind::Send;
       op->send = state_.send[t.peer].get();

@@ -36,6 +36,11 @@ struct P2pOp {
   // before touching the user's buffer. Dropped once that wait is issued.
   std::shared_ptr<rt::Event> ready;
   bool readyIssued = false;
+  // Zero-copy sends may make the copy stream itself wait for the receiver's
+  // recvReady (a stream wait on a host word) instead of the proxy polling it,
+  // so back-to-back messages pipeline. Only when no stream wait can stall a
+  // lazy module load (eager loading or the host runtime); see p2p_engine.h.
+  bool streamWaitsPeer = false;
   // Progress through the message.
   uint64_t offset = 0;
   char* peerDst = nullptr;  // zero-copy destination, once mapped

@@ -119,7 +119,11 @@ Status sendMapPeer(P2pOp& op, bool* progressed) {
 Status sendZeroCopy(P2pOp& op, bool* progressed) {
   SendConnection& c = *op.send;
   CtrlBlock& ctrl = ctrlOf(c);
-  if (ctrl.recvReady.load() <= op.seq) return ncclInProgress;  // acquire
+  if (op.streamWaitsPeer) {
+    FERRY_CHECK(c.stream->waitValue64(c.ctrl.dev(ctrl.recvReady), op.seq + 1, rt::WaitCondition::Geq));
+  } else if (ctrl.recvReady.load() <= op.seq) {  // acquire
+    return ncclInProgress;
+  }
   FERRY_CHECK(issueReadyWait(op, *c.stream));
   if (op.bytes > 0) FERRY_CHECK(c.stream->copyAsync(op.peerDst, op.buffer, op.bytes));
   // Stream writes: ordered after the copy, so the receiver sees its data first.
@@ -257,6 +261,7 @@ void releaseConnectionWaits(ConnectionBase& conn) {
   ctrl.sendDone.store(kAll);
   ctrl.zcDone.store(kAll);
   ctrl.fifoDone.store(kAll);
+  ctrl.recvReady.store(kAll);  // a copy stream may wait on it (streamWaitsPeer)
   reportToPeer(conn, ncclRemoteError);
 }
 

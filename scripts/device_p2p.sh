@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One device-machine session for SM-free p2p: build with CUDA, the GPU suite,
+# compute-sanitizer on a short run, and ferry-bench side by side with NVIDIA's
+# NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
+# Usage: scripts/device_p2p.sh SRC_DIR [stages...]   (stages: build gpu sanitize bench overlap)
+set -uo pipefail
+src=$1
+shift
+stages=${*:-build gpu sanitize bench overlap}
+out=${OUT:-$PWD/device-out}
+mkdir -p "$out"
+b=/tmp/fb
+gtest=$(cd "$src/.." && pwd)/.deps/googletest
+export NCCL_NVLS_ENABLE=0
+nccl=$(find / -name libnccl.so.2 -path '*nvidia/nccl*' 2>/dev/null | head -1)
+run="$b/tools/ferry-run/ferry-run -n 2 --runtime cuda"
+stage() { echo "=== $1 ($(date +%T))"; }
+for s in $stages; do
+  case $s in
+  build)
+    stage build
+    cmake -S "$src" -B $b -G Ninja -DFERRY_CUDA=ON -DFERRY_GTEST_SRC="$gtest" >"$out/cmake.log" 2>&1 &&
+      timeout 300 ninja -C $b -j 30 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
+    ;;
+  gpu)
+    stage gpu
+    (cd $b && timeout 240 ctest -L gpu --output-on-failure 2>&1 >"$out/ctest-gpu.log"
+     grep -E "Test +#|tests passed|PASS lazy|lazy_loading|large message|FAIL" "$out/ctest-gpu.log" | tail -40)
+    grep -h "completed in\|large message" "$out/ctest-gpu.log" | head -12
+    ;;
+  sanitize)
+    stage sanitize
+    timeout 120 compute-sanitizer --tool memcheck --target-processes all --print-limit 20 \
+      $run --timeout 100 $b/tests/mp_p2p dtypes >"$out/sanitizer.log" 2>&1
+    echo "sanitizer exit $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$out/sanitizer.log" | head -8
+    ;;
+  bench)
+    stage bench
+    for mode in LAZY EAGER; do
+      CUDA_MODULE_LOADING=$mode timeout 200 $run --timeout 190 $b/bench/ferry-bench sendrecv,alltoall \
+        -b 8 -e 4G -f 8 -w 5 -n 20 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+        --json "$out/bench-$mode.json" >"$out/bench-$mode.txt" 2>&1
+      echo "bench $mode exit $?"; grep -v "^\[1\]" "$out/bench-$mode.txt" | tail -40
+    done
+    ;;
+  overlap)
+    stage overlap
+    for mode in LAZY EAGER; do
+      CUDA_MODULE_LOADING=$mode timeout 150 $run --timeout 140 $b/bench/ferry-bench alltoall,sendrecv \
+        -b 256M -e 256M --inplace no -w 3 -n 10 --lib $b/libnccl.so.2 --compare "$nccl" --overlap \
+        >"$out/overlap-$mode.txt" 2>&1
+      echo "overlap $mode exit $?"; grep -v "^\[1\]" "$out/overlap-$mode.txt" | tail -16
+    done
+    ;;
+  esac
+done

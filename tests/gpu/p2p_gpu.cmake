@@ -1,0 +1,27 @@
+# SM-free point-to-point on 2 GPUs: the host-runtime suite on CUDA, a >4 GiB
+# message, and the lazy-loading scenario. Skipped without 2 GPUs.
+function(ferry_gpu_p2p_test name case)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+            $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 280 $<TARGET_FILE:mp_p2p> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77 ${ARGN})
+endfunction()
+foreach(case alltoall dtypes unbatched mixes abort large stress)
+  ferry_gpu_p2p_test(gpu.p2p.${case} ${case})
+endforeach()
+ferry_gpu_p2p_test(gpu.p2p.mixes.shm mixes ENVIRONMENT NCCL_P2P_DISABLE=1)
+ferry_gpu_p2p_test(gpu.p2p.alltoall.memop alltoall ENVIRONMENT "CUDA_MODULE_LOADING=EAGER")
+
+if(FERRY_CUDA)
+  add_executable(gpu_p2p_lazy ${CMAKE_CURRENT_SOURCE_DIR}/gpu/p2p_lazy.cu)
+  target_link_libraries(gpu_p2p_lazy PRIVATE nccl CUDA::cudart)
+  foreach(variant "LAZY;auto" "EAGER;memop" "LAZY;kernel")
+    list(GET variant 0 loading)
+    list(GET variant 1 wait)
+    add_test(NAME gpu.p2p.lazy_loading.${loading}.${wait}
+      COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+              $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 120 $<TARGET_FILE:gpu_p2p_lazy>)
+    set_tests_properties(gpu.p2p.lazy_loading.${loading}.${wait} PROPERTIES LABELS gpu TIMEOUT 150
+      SKIP_RETURN_CODE 77 ENVIRONMENT "CUDA_MODULE_LOADING=${loading};FERRY_USER_WAIT=${wait}")
+  endforeach()
+endif()

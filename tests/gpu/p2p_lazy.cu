@@ -1,0 +1,85 @@
+// The lazy-module-loading hazard (DESIGN.md), reproduced as the issue states
+// it, on 2 GPUs: each rank posts a send that cannot complete until the peer
+// posts its receive, then launches a kernel never launched before in the
+// process, then posts its receive. Under CUDA_MODULE_LOADING=LAZY, a user
+// stream blocked in a host-word wait would stall that first launch (and the
+// program) forever; Ferry must complete. A watchdog turns a hang into a
+// failure after 60 s.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "ferry.h"
+#include "nccl.h"
+
+__global__ void neverLaunchedBefore(float* data, int n, float add) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] = data[i] * 2.0f + add;
+}
+
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    auto r_ = (x);                                                                \
+    if (r_ != 0) {                                                                \
+      fprintf(stderr, "FAIL %s:%d %s -> %d\n", __FILE__, __LINE__, #x, (int)r_);  \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+int main() {
+  int rank = atoi(getenv("RANK") ? getenv("RANK") : "-1");
+  int nranks = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "0");
+  if (nranks != 2) {
+    fprintf(stderr, "run with ferry-run -n 2\n");
+    return 2;
+  }
+  std::atomic<bool> done{false};
+  std::thread watchdog([&done]() {
+    for (int i = 0; i < 600 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!done.load()) {
+      fprintf(stderr, "FAIL: hang (lazy loading deadlock?)\n");
+      _exit(1);
+    }
+  });
+  CHECK(cudaSetDevice(rank));
+  const char* mode = getenv("CUDA_MODULE_LOADING");
+  ncclUniqueId id;
+  CHECK(ncclGetUniqueId(&id));
+  ncclComm_t comm;
+  CHECK(ncclCommInitRank(&comm, 2, id, rank));
+  const size_t n = 64 << 20;  // 256 MiB of floats: far more than any FIFO
+  float *send, *recv, *work;
+  CHECK(cudaMalloc(&send, n * sizeof(float)));
+  CHECK(cudaMalloc(&recv, n * sizeof(float)));
+  CHECK(cudaMalloc(&work, 1024 * sizeof(float)));
+  CHECK(cudaMemset(send, rank + 1, n * sizeof(float)));
+  CHECK(cudaMemset(recv, 0, n * sizeof(float)));
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CHECK(cudaDeviceSynchronize());
+  int peer = 1 - rank;
+  auto start = std::chrono::steady_clock::now();
+  CHECK(ncclSend(send, n, ncclFloat, peer, comm, s1));     // cannot finish yet
+  neverLaunchedBefore<<<4, 256, 0, s2>>>(work, 1024, 1.0f);  // first launch: lazy load
+  CHECK(cudaGetLastError());
+  CHECK(ncclRecv(recv, n, ncclFloat, peer, comm, s2));
+  CHECK(cudaStreamSynchronize(s1));
+  CHECK(cudaStreamSynchronize(s2));
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  unsigned char b = 0;
+  CHECK(cudaMemcpy(&b, reinterpret_cast<char*>(recv) + n * sizeof(float) - 1, 1, cudaMemcpyDeviceToHost));
+  bool ok = b == static_cast<unsigned char>(peer + 1);
+  printf("%s rank %d: CUDA_MODULE_LOADING=%s FERRY_USER_WAIT=%s: completed in %.1f ms, data %s\n",
+         ok ? "PASS" : "FAIL", rank, mode ? mode : "(default)",
+         getenv("FERRY_USER_WAIT") ? getenv("FERRY_USER_WAIT") : "auto", ms, ok ? "ok" : "WRONG");
+  done = true;
+  watchdog.join();
+  CHECK(ncclCommDestroy(comm));
+  return ok ? 0 : 1;
+}

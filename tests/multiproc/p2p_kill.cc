@@ -1,0 +1,76 @@
+// A peer process killed in the middle of a transfer: the survivor's stream
+// must be released and the communicator must report an error, promptly and
+// without hanging. One process under ferry-run forks its peer itself (the
+// launcher would otherwise stop the run when the peer dies).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "ferry.h"
+#include "mp_check.h"
+#include "nccl.h"
+
+using namespace ferry::test;
+
+namespace {
+
+constexpr size_t kBytes = size_t{256} << 20;
+
+// The child: joins, starts its half of the exchange, then dies abruptly.
+[[noreturn]] void child(const ncclUniqueId& id) {
+  ncclComm_t comm = nullptr;
+  if (ncclFerrySetDevice(1) != ncclSuccess) _exit(3);  // one device per rank
+  if (ncclCommInitRank(&comm, 2, id, 1) != ncclSuccess) _exit(3);
+  std::vector<char> buf(kBytes, 7);
+  (void)ncclSend(buf.data(), 1 << 20, ncclInt8, 0, comm, nullptr);  // one small message lands
+  cudaStream_t s = nullptr;
+  (void)ncclFerryStreamCreate(&s);
+  (void)ncclSend(buf.data(), kBytes, ncclInt8, 0, comm, s);  // this one is cut short
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  raise(SIGKILL);
+  _exit(4);
+}
+
+}  // namespace
+
+int main() {
+  unsetenv("NCCL_COMM_ID");
+  setenv("FERRY_RUNTIME", "host", 1);
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  pid_t pid = fork();
+  if (pid == 0) child(id);
+  ncclComm_t comm = nullptr;
+  EXPECT_OK(ncclFerrySetDevice(0));
+  EXPECT_OK(ncclCommInitRank(&comm, 2, id, 0));
+  std::vector<char> small(1 << 20, 0), big(kBytes, 0);
+  EXPECT_OK(ncclRecv(small.data(), small.size(), ncclInt8, 1, comm, nullptr));
+  EXPECT_TRUE(small[0] == 7 && small.back() == 7, "first message arrived intact");
+  cudaStream_t stream = nullptr;
+  EXPECT_OK(ncclFerryStreamCreate(&stream));
+  auto start = Clock::now();
+  EXPECT_OK(ncclRecv(big.data(), big.size(), ncclInt8, 1, comm, stream));
+  // Slow the receiver down so the peer dies while data is in flight.
+  EXPECT_OK(ncclFerryStreamSynchronize(stream));
+  double s = secondsSince(start);
+  ncclResult_t state = ncclSuccess;
+  EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  printf("peer killed (signal %d); receive released after %.3f s; async error: %s\n",
+         WIFSIGNALED(status) ? WTERMSIG(status) : 0, s, ncclGetErrorString(state));
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "peer did not die as planned");
+  EXPECT_TRUE(state == ncclRemoteError, "async error %d", state);
+  EXPECT_TRUE(s < 30.0, "took %.1f s", s);
+  // New work on a failed communicator is refused, not hung.
+  EXPECT_RESULT(ncclSend(small.data(), 16, ncclInt8, 1, comm, stream), ncclRemoteError);
+  EXPECT_OK(ncclCommAbort(comm));
+  EXPECT_OK(ncclFerryStreamDestroy(stream));
+  printf("%s kill: %d failure(s)\n", gFailures == 0 ? "PASS" : "FAIL", gFailures.load());
+  return gFailures == 0 ? 0 : 1;
+}
