@@ -28,6 +28,24 @@ for s in $stages; do
      grep -E "Test +#|tests passed|PASS lazy|lazy_loading|large message|FAIL" "$out/ctest-gpu.log" | tail -40)
     grep -h "completed in\|large message" "$out/ctest-gpu.log" | head -12
     ;;
+  diag)
+    stage diag
+    (cd $b && timeout 60 ctest -R "RuntimeCudaZc|runtime.cuda.zc" --timeout 25 2>&1 | grep -E "Test +#|tests passed")
+    for v in "memop 1 alltoall" "memop 0 alltoall" "memop 1 mixes" "kernel 1 alltoall"; do
+      set -- $v
+      echo "--- EAGER FERRY_USER_WAIT=$1 FERRY_P2P_STREAM_WAIT=$2 $3"
+      CUDA_MODULE_LOADING=EAGER FERRY_USER_WAIT=$1 FERRY_P2P_STREAM_WAIT=$2 NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=P2P \
+        timeout 25 $run --timeout 20 $b/tests/mp_p2p $3 >"$out/diag-$1-$2-$3.log" 2>&1
+      echo "exit $?"; grep -E "PASS|FAIL|WARN" "$out/diag-$1-$2-$3.log" | head -4
+      grep -E "TRACE" "$out/diag-$1-$2-$3.log" | tail -4 | cut -c1-220
+    done
+    ;;
+  gpulazy)
+    stage gpulazy
+    (cd $b && timeout 200 ctest -L gpu -E "RuntimeCudaZc|runtime.cuda.zc|EAGER|memop" --timeout 90 2>&1 >"$out/ctest-gpulazy.log"
+     grep -E "Test +#|tests passed|FAIL" "$out/ctest-gpulazy.log" | grep -v " Passed" | tail -20; grep -c " Passed" "$out/ctest-gpulazy.log")
+    grep -h "completed in\|large message" "$out/ctest-gpulazy.log" | head -12
+    ;;
   sanitize)
     stage sanitize
     timeout 120 compute-sanitizer --tool memcheck --target-processes all --print-limit 20 \

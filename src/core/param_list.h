@@ -41,6 +41,9 @@
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
     "(a one-thread spin kernel), auto (kernel under lazy module loading, else memop).")           \
+  X(P2pStreamWait, "FERRY_P2P_STREAM_WAIT", Int, "1",                                              \
+    "1: with memop user waits, a zero-copy send's copy stream waits for the receiver on the GPU " \
+    "(back-to-back messages pipeline); 0: the proxy polls for the receiver instead.")            \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "200",                                                \
     "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \

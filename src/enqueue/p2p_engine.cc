@@ -27,6 +27,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
     if (wait != "auto") FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
     e->spinWait_ = ctx.runtime->kind() == rt::RuntimeKind::Cuda && ctx.runtime->lazyModuleLoading();
   }
+  e->streamWaitsPeer_ = !e->spinWait_ && ctx.params->getInt(ParamId::P2pStreamWait) != 0;
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (the hazard above).
   FERRY_CHECK(ctx.runtime->preloadKernels());
@@ -146,7 +147,7 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
     op->bytes = t.bytes;
     op->ready = ready[streamOf[i]];
     op->asyncError = asyncError_;
-    op->streamWaitsPeer = !spinWait_;
+    op->streamWaitsPeer = streamWaitsPeer_;
     if (t.isSend) {
       op->kind = P2pOp::Kind::Send;
       op->send = state_.send[t.peer].get();

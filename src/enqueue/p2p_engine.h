@@ -75,6 +75,7 @@ class P2pEngine {
   int myRank_ = -1;
   int device_ = -1;
   bool spinWait_ = false;
+  bool streamWaitsPeer_ = false;
   bool zeroCopy_ = true;
   bool shutDown_ = false;
   // Ready events, reused once the proxy has issued the wait on them.

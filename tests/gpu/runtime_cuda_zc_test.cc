@@ -125,7 +125,12 @@ TEST_F(RuntimeCudaZc, RegisteredWordCarriesWriteToSpinWaitAndHost) {
   ASSERT_EQ(rt_->allocDevice(bytes, &src), ncclSuccess);
   ASSERT_EQ(rt_->allocDevice(bytes, &dst), ncclSuccess);
   auto data = randomBytes(bytes, rng);
-  std::vector<uint8_t> poison(bytes, kPoison), out(bytes, 0);
+  std::vector<uint8_t> poison(bytes, kPoison);
+  // Pinned: a copy queued behind the spin wait must not block this thread
+  // (a copy to pageable memory would, and the producer below never runs).
+  std::unique_ptr<HostMemory> pinnedOut;
+  ASSERT_EQ(rt_->allocHost(bytes, &pinnedOut), ncclSuccess);
+  auto* outPtr = static_cast<uint8_t*>(pinnedOut->ptr());
   std::unique_ptr<Stream> producer, consumer;
   ASSERT_EQ(rt_->createStream(&producer), ncclSuccess);
   ASSERT_EQ(rt_->createStreamWithPriority(-1, &consumer), ncclSuccess);
@@ -134,7 +139,7 @@ TEST_F(RuntimeCudaZc, RegisteredWordCarriesWriteToSpinWaitAndHost) {
 
   uint64_t target = 1 + rng.below(1 << 30);
   ASSERT_EQ(consumer->waitValue64Spin(&dev[0], target), ncclSuccess);
-  ASSERT_EQ(consumer->copyAsync(out.data(), dst->ptr(), bytes), ncclSuccess);
+  ASSERT_EQ(consumer->copyAsync(outPtr, dst->ptr(), bytes), ncclSuccess);
   ASSERT_EQ(consumer->writeValue64(&dev[1], target + 1), ncclSuccess);
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(consumer->query(), ncclInProgress);  // held by the spin kernel
@@ -144,6 +149,7 @@ TEST_F(RuntimeCudaZc, RegisteredWordCarriesWriteToSpinWaitAndHost) {
   ASSERT_TRUE(waitWord(&host[0], target));      // a host thread sees the word
   ASSERT_TRUE(waitWord(&host[1], target + 1));  // and the consumer ran after it
   ASSERT_EQ(consumer->synchronize(), ncclSuccess);
+  std::vector<uint8_t> out(outPtr, outPtr + bytes);
   EXPECT_EQ(firstMismatch(out.data(), data), -1);
   ASSERT_EQ(producer->synchronize(), ncclSuccess);
 }
