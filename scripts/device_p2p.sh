@@ -40,6 +40,13 @@ for s in $stages; do
       grep -E "TRACE" "$out/diag-$1-$2-$3.log" | tail -4 | cut -c1-220
     done
     ;;
+  lazy)
+    stage lazy
+    for v in "LAZY auto" "EAGER auto"; do
+      set -- $v
+      CUDA_MODULE_LOADING=$1 FERRY_USER_WAIT=$2 NCCL_DEBUG=WARN timeout 25 $run --timeout 20 $b/tests/gpu_p2p_lazy 2>&1 | tail -8
+    done
+    ;;
   gpulazy)
     stage gpulazy
     (cd $b && timeout 200 ctest -L gpu -E "RuntimeCudaZc|runtime.cuda.zc|EAGER|memop" --timeout 90 2>&1 >"$out/ctest-gpulazy.log"

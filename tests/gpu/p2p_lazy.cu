@@ -66,9 +66,12 @@ int main() {
   int peer = 1 - rank;
   auto start = std::chrono::steady_clock::now();
   CHECK(ncclSend(send, n, ncclFloat, peer, comm, s1));     // cannot finish yet
+  fprintf(stderr, "rank %d: send posted\n", rank);
   neverLaunchedBefore<<<4, 256, 0, s2>>>(work, 1024, 1.0f);  // first launch: lazy load
   CHECK(cudaGetLastError());
+  fprintf(stderr, "rank %d: new kernel launched\n", rank);
   CHECK(ncclRecv(recv, n, ncclFloat, peer, comm, s2));
+  fprintf(stderr, "rank %d: recv posted\n", rank);
   CHECK(cudaStreamSynchronize(s1));
   CHECK(cudaStreamSynchronize(s2));
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
