@@ -20,7 +20,7 @@ for s in $stages; do
   build)
     stage build
     cmake -S "$src" -B $b -G Ninja -DFERRY_CUDA=ON -DFERRY_GTEST_SRC="$gtest" >"$out/cmake.log" 2>&1 &&
-      timeout 300 ninja -C $b -j 30 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
+      timeout 300 ninja -C $b -j 30 ${FERRY_TARGETS:-} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
     ;;
   gpu)
     stage gpu
@@ -45,6 +45,13 @@ for s in $stages; do
     for v in "LAZY auto" "EAGER auto"; do
       set -- $v
       CUDA_MODULE_LOADING=$1 FERRY_USER_WAIT=$2 NCCL_DEBUG=WARN timeout 25 $run --timeout 20 $b/tests/gpu_p2p_lazy 2>&1 | tail -8
+    done
+    ;;
+  lazy2)
+    stage lazy2
+    for zc in 0 1; do
+      echo "--- LAZY FERRY_P2P_ZERO_COPY=$zc"
+      CUDA_MODULE_LOADING=LAZY FERRY_P2P_ZERO_COPY=$zc timeout 18 $run --timeout 15 $b/tests/gpu_p2p_lazy 2>&1 | grep -E "rank|timeout" | tail -6
     done
     ;;
   gpulazy)
