@@ -224,11 +224,13 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
     Communicator* c = nullptr;
     FERRY_CHECK(commFromHandle(comm, __func__, &c));
-    // Destroy does not cancel: an init still running is waited for.
+    // Destroy does not cancel: an init still running is waited for, and
+    // every operation already issued completes first (as ncclCommFinalize).
     c->waitInit();
     c->joinInit();
+    Status flushed = c->asyncError() == ncclSuccess ? c->shutdownP2p(false) : ncclSuccess;
     destroyHandle(comm);
-    return ncclSuccess;
+    return flushed;
   });
 }
 FERRY_PNCCL_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))

@@ -32,6 +32,10 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
     e->spinWait_ = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
   }
   e->streamWaitsPeer_ = !e->spinWait_ && ctx.params->getInt(ParamId::P2pStreamWait) != 0;
+  const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);
+  e->stageSends_ = stage == "1" || (stage != "0" && ctx.runtime->kind() == rt::RuntimeKind::Cuda &&
+                                    ctx.runtime->lazyModuleLoading());
+  e->staging_ = std::make_unique<StagingPool>(ctx.runtime);
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (the hazard above).
   FERRY_CHECK(ctx.runtime->preloadKernels());
@@ -40,6 +44,10 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
              e->spinWait_ ? "a one-thread spin kernel (lazy module loading)"
                           : "stream memory operations (zero SMs)",
              e->zeroCopy_ ? ", zero-copy when the receive buffer can be mapped" : "");
+  if (e->stageSends_) {
+    FERRY_INFO(kLogP2p | kLogInit, "sends are staged (lazy module loading): a send never makes "
+               "its stream wait for the receiver; set CUDA_MODULE_LOADING=EAGER to avoid the copy");
+  }
   *out = std::move(e);
   return ncclSuccess;
 }
@@ -134,12 +142,27 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   std::vector<size_t> streamOf(tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     FERRY_CHECK(streamFor(tasks[i].stream, handles, streams, &streamOf[i]));
-    if (ready.size() < streams.size()) {
-      std::shared_ptr<rt::Event> ev;
-      FERRY_CHECK(newEvent(&ev));
-      FERRY_CHECK(ev->record(*streams.back()));
-      ready.push_back(std::move(ev));
+  }
+  // Staged sends copy their payload on the user's stream first; the ready
+  // events recorded after it cover those copies too.
+  std::vector<void*> staged(tasks.size(), nullptr);
+  if (stageSends_) {
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const P2pTask& t = tasks[i];
+      if (!t.isSend || t.bytes == 0) continue;
+      SendConnection* c = state_.send[t.peer].get();
+      uint64_t seq = c->nextSeq + static_cast<uint64_t>(std::count_if(
+                                      tasks.begin(), tasks.begin() + static_cast<long>(i),
+                                      [&t](const P2pTask& o) { return o.isSend && o.peer == t.peer; }));
+      FERRY_CHECK(staging_->take(t.bytes, c, seq, &staged[i]));
+      FERRY_CHECK(streams[streamOf[i]]->copyAsync(staged[i], t.buffer, t.bytes));
     }
+  }
+  for (auto& stream : streams) {
+    std::shared_ptr<rt::Event> ev;
+    FERRY_CHECK(newEvent(&ev));
+    FERRY_CHECK(ev->record(*stream));
+    ready.push_back(std::move(ev));
   }
   std::vector<std::unique_ptr<P2pOp>> ops;
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -147,7 +170,7 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
     auto op = std::make_unique<P2pOp>();
     op->owner = this;
     op->runtime = runtime_;
-    op->buffer = static_cast<char*>(t.buffer);
+    op->buffer = static_cast<char*>(staged[i] != nullptr ? staged[i] : t.buffer);
     op->bytes = t.bytes;
     op->ready = ready[streamOf[i]];
     op->asyncError = asyncError_;
@@ -176,6 +199,7 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
     const P2pTask& t = tasks[i];
     rt::Stream& s = *streams[streamOf[i]];
     if (t.isSend) {
+      if (staged[i] != nullptr) continue;  // a staged send never waits for its receiver
       SendConnection& c = *state_.send[t.peer];
       FERRY_CHECK(userWait(s, c.ctrl, c.ctrl.ctrl->sendDone, waits[i].first));
     } else {
@@ -199,6 +223,7 @@ Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
   (void)runtime_->setDevice(device_);
   for (auto& c : state_.send) if (c) (void)c->stream->synchronize();
   for (auto& c : state_.recv) if (c) (void)c->stream->synchronize();
+  staging_->clear();  // the copy streams are idle: no copy reads a block any more
   FERRY_INFO(kLogP2p, "rank %d p2p totals:%s", myRank_, describeCounters().c_str());
   return s;
 }

@@ -26,6 +26,7 @@
 
 #include "core/params.h"
 #include "proxy/proxy.h"
+#include "enqueue/staging.h"
 #include "transport/connection.h"
 #include "transport/setup.h"
 
@@ -77,6 +78,8 @@ class P2pEngine {
   bool spinWait_ = false;
   bool streamWaitsPeer_ = false;
   bool zeroCopy_ = true;
+  bool stageSends_ = false;  // see staging.h
+  std::unique_ptr<StagingPool> staging_;
   bool shutDown_ = false;
   // Ready events, reused once the proxy has issued the wait on them.
   std::mutex eventMu_;

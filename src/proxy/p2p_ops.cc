@@ -253,15 +253,21 @@ Status progressOp(P2pOp& op, bool* progressed) {
 }
 
 void releaseConnectionWaits(ConnectionBase& conn) {
-  // The largest count releases every Geq wait a user stream may be blocked
-  // on for this connection, past and future; data is invalid after a
-  // failure, which the async error tells the user.
+  // Only the words THIS rank's streams wait on are released (the largest
+  // count satisfies every Geq wait, past and future): a send side's sendDone
+  // (its user stream) and recvReady (its copy stream); a receive side's
+  // zcDone and fifoDone (its user stream). Words the peer waits on are left
+  // alone: the peer learns of the failure from `error` and fails its own
+  // operations, so it never mistakes a missing message for a delivered one.
   constexpr uint64_t kAll = std::numeric_limits<uint64_t>::max() / 2;
   CtrlBlock& ctrl = ctrlOf(conn);
-  ctrl.sendDone.store(kAll);
-  ctrl.zcDone.store(kAll);
-  ctrl.fifoDone.store(kAll);
-  ctrl.recvReady.store(kAll);  // a copy stream may wait on it (streamWaitsPeer)
+  if (conn.isSend) {
+    ctrl.sendDone.store(kAll);
+    ctrl.recvReady.store(kAll);
+  } else {
+    ctrl.zcDone.store(kAll);
+    ctrl.fifoDone.store(kAll);
+  }
   reportToPeer(conn, ncclRemoteError);
 }
 

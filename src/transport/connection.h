@@ -49,6 +49,7 @@ struct CtrlMapping {
 };
 
 struct ConnectionBase {
+  bool isSend = false;  // SendConnection (this rank sends) or RecvConnection
   int peer = -1;
   int device = -1;  // this rank's device (the proxy selects it before issuing)
   TransportId transport = TransportId::None;
@@ -71,6 +72,7 @@ struct ConnectionBase {
 };
 
 struct SendConnection : ConnectionBase {
+  SendConnection() { isSend = true; }
   char* peerFifo = nullptr;                      // the receiver's slots, as mapped here
   std::unique_ptr<rt::IpcMapping> fifoMapping;   // when mapped from another process
   std::unique_ptr<SharedRegion> fifoShared;      // SHM transport: host FIFO mapping

@@ -29,3 +29,9 @@ target_include_directories(mp_p2p_kill PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multi
 target_link_libraries(mp_p2p_kill PRIVATE nccl)
 add_test(NAME p2p.peer_killed COMMAND $<TARGET_FILE:mp_p2p_kill>)
 set_tests_properties(p2p.peer_killed PROPERTIES LABELS multiproc TIMEOUT 120)
+
+# Staged sends (the lazy-loading-safe mode) on the host runtime.
+ferry_p2p_test(p2p.alltoall.staged.n3 3 alltoall ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
+ferry_p2p_test(p2p.unbatched.staged.n2 2 unbatched ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
+ferry_p2p_test(p2p.mixes.staged.n2 2 mixes ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
+ferry_p2p_test(p2p.stress.staged.n3 3 stress ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)

@@ -85,7 +85,16 @@ void caseAlltoall(World& w) {
   std::vector<uint8_t> want(block);
   for (int p = 0; p < w.nranks; ++p) {
     expectedPayload(w, 99, p, w.rank, want.data(), block);
-    EXPECT_TRUE(memcmp(host.data() + block * p, want.data(), block) == 0, "ncclAlltoAll block from %d", p);
+    const uint8_t* got = host.data() + block * p;
+    size_t bad = 0, firstBad = block;
+    for (size_t k = 0; k < block; ++k) {
+      if (got[k] != want[k]) {
+        ++bad;
+        if (firstBad == block) firstBad = k;
+      }
+    }
+    EXPECT_TRUE(bad == 0, "ncclAlltoAll block from %d: %zu of %zu bytes differ, first at %zu (0x%02x)",
+                p, bad, block, firstBad, firstBad < block ? got[firstBad] : 0);
   }
 }
 
