@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   }
   Lib lib;
   if (!loadLib(path, &lib)) return 1;
-  if (cudaSetDevice(envInt("FERRY_DEVICE", rank)) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) {
+  if (cudaSetDevice(envInt("FERRY_DEVICE", rank)) != cudaSuccess ||
+      cudaFree(nullptr) != cudaSuccess) {
     fprintf(stderr, "no usable GPU for rank %d\n", rank);
     return 1;
   }

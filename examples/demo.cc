@@ -17,14 +17,14 @@ int envInt(const char* name, int fallback) {
   return v != nullptr ? atoi(v) : fallback;
 }
 
-#define DEMO_CHECK(call)                                                                 \
-  do {                                                                                   \
-    ncclResult_t r_ = (call);                                                            \
-    if (r_ != ncclSuccess) {                                                             \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, ncclGetErrorString(r_),             \
-              ncclGetLastError(nullptr));                                                \
-      return 1;                                                                          \
-    }                                                                                    \
+#define DEMO_CHECK(call)                                                     \
+  do {                                                                       \
+    ncclResult_t r_ = (call);                                                \
+    if (r_ != ncclSuccess) {                                                 \
+      fprintf(stderr, "%s failed: %s (%s)\n", #call, ncclGetErrorString(r_), \
+              ncclGetLastError(nullptr));                                    \
+      return 1;                                                              \
+    }                                                                        \
   } while (0)
 
 }  // namespace

@@ -41,7 +41,7 @@ typedef struct CUstream_st* cudaStream_t;
 #define NCCL_VERSION_CODE 22809
 /* Versions up to 2.8 used X*1000+Y*100+Z; later ones X*10000+Y*100+Z. */
 #define NCCL_VERSION(X, Y, Z) \
-  (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+  (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
 
 #ifdef __cplusplus
 extern "C" {
@@ -118,14 +118,14 @@ typedef struct ncclConfig_v22800 {
   int nvlinkCentricSched;
 } ncclConfig_t;
 
-#define NCCL_CONFIG_INITIALIZER                                                  \
-  {                                                                              \
+#define NCCL_CONFIG_INITIALIZER                                                         \
+  {                                                                                     \
     sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,     \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,     \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,     \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,     \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT                             \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT                                    \
   }
 
 /* Filled by ncclGroupSimulateEnd. Start from NCCL_SIM_INFO_INITIALIZER. */
@@ -136,10 +136,10 @@ typedef struct ncclSimInfo_v22200 {
   float estimatedTime;
 } ncclSimInfo_t;
 
-#define NCCL_SIM_INFO_INITIALIZER                                                          \
-  {                                                                                        \
+#define NCCL_SIM_INFO_INITIALIZER                                                        \
+  {                                                                                      \
     sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
-        NCCL_UNDEF_FLOAT                                                                   \
+        NCCL_UNDEF_FLOAT                                                                 \
   }
 
 /* Reduction operators. Values from ncclNumOps up to ncclMaxRedOp are handed
@@ -215,8 +215,8 @@ FERRY_NCCL_DECL(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags)
 FERRY_NCCL_DECL(ncclResult_t, ncclCommSplit,
                 (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config))
 FERRY_NCCL_DECL(ncclResult_t, ncclCommShrink,
-                (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
-                 ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags))
+                (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                 ncclConfig_t* config, int shrinkFlags))
 FERRY_NCCL_DECL(ncclResult_t, ncclCommInitRankScalable,
                 (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
                  ncclConfig_t* config))

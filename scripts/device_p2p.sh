@@ -54,6 +54,11 @@ for s in $stages; do
       CUDA_MODULE_LOADING=LAZY FERRY_P2P_ZERO_COPY=$zc timeout 18 $run --timeout 15 $b/tests/gpu_p2p_lazy 2>&1 | grep -E "rank|timeout" | tail -6
     done
     ;;
+  lazy3)
+    stage lazy3
+    CUDA_MODULE_LOADING=LAZY timeout 25 $run --timeout 20 $b/tests/gpu_p2p_lazy 2>&1 | grep -E "PASS|FAIL|timeout" | tail -4
+    CUDA_MODULE_LOADING=LAZY timeout 40 $run --timeout 35 $b/tests/mp_p2p alltoall 2>&1 | grep -E "PASS|FAIL|timeout" | tail -4
+    ;;
   gpulazy)
     stage gpulazy
     (cd $b && timeout 200 ctest -L gpu -E "RuntimeCudaZc|runtime.cuda.zc|EAGER|memop" --timeout 90 2>&1 >"$out/ctest-gpulazy.log"

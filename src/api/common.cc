@@ -16,8 +16,10 @@ Status readyComm(ncclComm_t handle, const char* fn, Communicator** out) {
   FERRY_CHECK(commFromHandle(handle, fn, out));
   Status s = (*out)->asyncError();
   if (s == ncclInProgress) {
-    FERRY_FAIL(ncclInvalidUsage, "%s: communicator is still initializing; poll "
-               "ncclCommGetAsyncError until it returns ncclSuccess", fn);
+    FERRY_FAIL(ncclInvalidUsage,
+               "%s: communicator is still initializing; poll "
+               "ncclCommGetAsyncError until it returns ncclSuccess",
+               fn);
   }
   if (s != ncclSuccess) {
     FERRY_WARN("%s: communicator is in error state: %s", fn, statusString(s));

@@ -91,7 +91,8 @@ FERRY_PNCCL_ALIAS(ncclResult_t, ncclGetUniqueId, (ncclUniqueId * uniqueId))
 extern "C" FERRY_VISIBLE ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
                                                              ncclUniqueId commId, int rank,
                                                              ncclConfig_t* config) {
-  return apiGuard(__func__, [&]() { return initRank(comm, nranks, commId, rank, config, __func__); });
+  return apiGuard(__func__,
+                  [&]() { return initRank(comm, nranks, commId, rank, config, __func__); });
 }
 FERRY_PNCCL_ALIAS(ncclResult_t, ncclCommInitRankConfig,
                   (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank,
@@ -99,7 +100,8 @@ FERRY_PNCCL_ALIAS(ncclResult_t, ncclCommInitRankConfig,
 
 extern "C" FERRY_VISIBLE ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks,
                                                        ncclUniqueId commId, int rank) {
-  return apiGuard(__func__, [&]() { return initRank(comm, nranks, commId, rank, nullptr, __func__); });
+  return apiGuard(__func__,
+                  [&]() { return initRank(comm, nranks, commId, rank, nullptr, __func__); });
 }
 FERRY_PNCCL_ALIAS(ncclResult_t, ncclCommInitRank,
                   (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))
@@ -117,8 +119,8 @@ Status initAll(ncclComm_t* comms, int ndev, const int* devlist) {
   for (int i = 0; i < ndev; ++i) {
     devs[i] = devlist != nullptr ? devlist[i] : i;
     if (devs[i] < 0 || devs[i] >= count) {
-      FERRY_FAIL(ncclInvalidArgument, "ncclCommInitAll: device %d is out of range [0, %d)",
-                 devs[i], count);
+      FERRY_FAIL(ncclInvalidArgument, "ncclCommInitAll: device %d is out of range [0, %d)", devs[i],
+                 count);
     }
     if (std::count(devs.begin(), devs.begin() + i, devs[i]) > 0) {
       FERRY_FAIL(ncclInvalidUsage, "ncclCommInitAll: device %d is listed twice", devs[i]);
@@ -184,8 +186,8 @@ Status split(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfi
   }
   std::stable_sort(members.begin(), members.end(),
                    [&all](int a, int b) { return all[a].key < all[b].key; });
-  int newRank = static_cast<int>(std::find(members.begin(), members.end(), parent->rank()) -
-                                 members.begin());
+  int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), parent->rank()) - members.begin());
   ncclUniqueId id;
   if (newRank == 0) {
     FERRY_CHECK(freshUniqueId(ctx.params, &id));

@@ -97,8 +97,10 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclCommDeregister(const ncclComm_t comm, 
     FERRY_CHECK(commFromHandle(comm, __func__, &c));
     auto* reg = static_cast<Registration*>(handle);
     if (reg == nullptr || reg->magic != Registration{}.magic || reg->comm != c) {
-      FERRY_FAIL(ncclInvalidArgument, "ncclCommDeregister: %p is not a registration of this "
-                 "communicator", handle);
+      FERRY_FAIL(ncclInvalidArgument,
+                 "ncclCommDeregister: %p is not a registration of this "
+                 "communicator",
+                 handle);
     }
     reg->magic = 0;
     delete reg;

@@ -12,11 +12,24 @@ namespace {
 
 size_t typeSize(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -26,11 +39,14 @@ Status checkCommon(ncclComm_t handle, size_t count, ncclDataType_t type, const c
   FERRY_CHECK(readyComm(handle, fn, comm));
   if ((*comm)->finalized()) FERRY_FAIL(ncclInvalidUsage, "%s: communicator was finalized", fn);
   if ((*comm)->params().getInt(ParamId::PassSm) == 0) {
-    FERRY_FAIL(ncclInvalidUsage, "%s: NCCL_PASS_SM=0 asks for kernel point-to-point, which this "
-               "Ferry version does not have yet; unset it to use the SM-free path", fn);
+    FERRY_FAIL(ncclInvalidUsage,
+               "%s: NCCL_PASS_SM=0 asks for kernel point-to-point, which this "
+               "Ferry version does not have yet; unset it to use the SM-free path",
+               fn);
   }
   size_t size = typeSize(type);
-  if (size == 0) FERRY_FAIL(ncclInvalidArgument, "%s: invalid datatype %d", fn, static_cast<int>(type));
+  if (size == 0)
+    FERRY_FAIL(ncclInvalidArgument, "%s: invalid datatype %d", fn, static_cast<int>(type));
   if (count > std::numeric_limits<uint64_t>::max() / 64 / size) {
     FERRY_FAIL(ncclInvalidArgument, "%s: count %zu is too large", fn, count);
   }
@@ -45,19 +61,24 @@ Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes, const ch
   bool ok = false;
   FERRY_CHECK(comm->runtime()->checkUserBuffer(buf, bytes, &ok));
   if (!ok) {
-    FERRY_FAIL(ncclInvalidArgument, "%s: %s %p is not device-accessible memory (use cudaMalloc, "
-               "ncclMemAlloc or pinned host memory)", fn, what, buf);
+    FERRY_FAIL(ncclInvalidArgument,
+               "%s: %s %p is not device-accessible memory (use cudaMalloc, "
+               "ncclMemAlloc or pinned host memory)",
+               fn, what, buf);
   }
   return ncclSuccess;
 }
 
 Status checkPeer(Communicator* comm, int peer, bool send, const char* fn) {
   if (peer < 0 || peer >= comm->nranks()) {
-    FERRY_FAIL(ncclInvalidArgument, "%s: peer %d is out of range [0, %d)", fn, peer, comm->nranks());
+    FERRY_FAIL(ncclInvalidArgument, "%s: peer %d is out of range [0, %d)", fn, peer,
+               comm->nranks());
   }
   if (!comm->p2p()->reaches(peer, send)) {
-    FERRY_FAIL(ncclInvalidUsage, "%s: no transport reaches peer %d (another host: the network "
-               "transport is not implemented yet; or NCCL_P2P_DISABLE and NCCL_SHM_DISABLE)", fn, peer);
+    FERRY_FAIL(ncclInvalidUsage,
+               "%s: no transport reaches peer %d (another host: the network "
+               "transport is not implemented yet; or NCCL_P2P_DISABLE and NCCL_SHM_DISABLE)",
+               fn, peer);
   }
   return ncclSuccess;
 }
@@ -93,7 +114,10 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclSend(const void* sendbuff, size_t coun
     FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
     FERRY_CHECK(checkPeer(c, peer, true, __func__));
     FERRY_CHECK(checkBuffer(c, sendbuff, bytes, "sendbuff", __func__));
-    return inGroup([&]() { add(c, true, peer, sendbuff, bytes, stream); return ncclSuccess; });
+    return inGroup([&]() {
+      add(c, true, peer, sendbuff, bytes, stream);
+      return ncclSuccess;
+    });
   });
 }
 FERRY_PNCCL_ALIAS(ncclResult_t, ncclSend,
@@ -109,7 +133,10 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclRecv(void* recvbuff, size_t count,
     FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
     FERRY_CHECK(checkPeer(c, peer, false, __func__));
     FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", __func__));
-    return inGroup([&]() { add(c, false, peer, recvbuff, bytes, stream); return ncclSuccess; });
+    return inGroup([&]() {
+      add(c, false, peer, recvbuff, bytes, stream);
+      return ncclSuccess;
+    });
   });
 }
 FERRY_PNCCL_ALIAS(ncclResult_t, ncclRecv,
@@ -161,9 +188,9 @@ FERRY_PNCCL_ALIAS(ncclResult_t, ncclAlltoAll,
                   (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                    ncclComm_t comm, cudaStream_t stream))
 
-extern "C" FERRY_VISIBLE ncclResult_t ncclGather(const void* sendbuff, void* recvbuff,
-                                                 size_t count, ncclDataType_t datatype, int root,
-                                                 ncclComm_t comm, cudaStream_t stream) {
+extern "C" FERRY_VISIBLE ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                                 cudaStream_t stream) {
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     uint64_t bytes = 0;
@@ -176,7 +203,8 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclGather(const void* sendbuff, void* rec
     return inGroup([&]() {
       add(c, true, root, sendbuff, bytes, stream);
       if (c->rank() == root) {
-        for (int p = 0; p < n; ++p) add(c, false, p, static_cast<char*>(recvbuff) + bytes * p, bytes, stream);
+        for (int p = 0; p < n; ++p)
+          add(c, false, p, static_cast<char*>(recvbuff) + bytes * p, bytes, stream);
       }
       return ncclSuccess;
     });
@@ -200,7 +228,8 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclScatter(const void* sendbuff, void* re
     FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", __func__));
     return inGroup([&]() {
       if (c->rank() == root) {
-        for (int p = 0; p < n; ++p) add(c, true, p, static_cast<const char*>(sendbuff) + bytes * p, bytes, stream);
+        for (int p = 0; p < n; ++p)
+          add(c, true, p, static_cast<const char*>(sendbuff) + bytes * p, bytes, stream);
       }
       add(c, false, root, recvbuff, bytes, stream);
       return ncclSuccess;

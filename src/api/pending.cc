@@ -5,10 +5,10 @@
 
 using namespace ferry;
 
-#define FERRY_PENDING(ret, name, params)                                                 \
-  extern "C" FERRY_VISIBLE ret name params {                                             \
-    return apiGuard(#name, []() { return notYetImplemented(#name); });                   \
-  }                                                                                      \
+#define FERRY_PENDING(ret, name, params)                               \
+  extern "C" FERRY_VISIBLE ret name params {                           \
+    return apiGuard(#name, []() { return notYetImplemented(#name); }); \
+  }                                                                    \
   FERRY_PNCCL_ALIAS(ret, name, params)
 
 FERRY_PENDING(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))

@@ -31,12 +31,12 @@
 namespace ferry::boot {
 
 struct BootstrapOptions {
-  int64_t timeoutMs = 120000;                  // every wait's deadline
+  int64_t timeoutMs = 120000;                    // every wait's deadline
   const std::atomic<bool>* abortFlag = nullptr;  // polled at least every 100 ms
-  std::string ifname;                          // NCCL_SOCKET_IFNAME syntax
-  std::string family;                          // "", "AF_INET", "AF_INET6"
-  int staggerRanks = 128;                      // above this, connects to root are staggered
-  std::string commId;                          // NCCL_COMM_ID ("" when unset)
+  std::string ifname;                            // NCCL_SOCKET_IFNAME syntax
+  std::string family;                            // "", "AF_INET", "AF_INET6"
+  int staggerRanks = 128;                        // above this, connects to root are staggered
+  std::string commId;                            // NCCL_COMM_ID ("" when unset)
 
   static BootstrapOptions fromParams(const Params& p);
 };

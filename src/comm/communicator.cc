@@ -25,11 +25,10 @@ Status Communicator::runInit(const ncclUniqueId& id) {
   auto start = std::chrono::steady_clock::now();
   Status s = initSteps(id);
   if (s == ncclSuccess) {
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     FERRY_INFO(kLogInit, "comm %p rank %d nranks %d device %d (%s) - Init COMPLETE in %.1f ms",
-               static_cast<void*>(this), rank_, nranks_, device_,
-               topology_.peers[rank_].busId, ms);
+               static_cast<void*>(this), rank_, nranks_, device_, topology_.peers[rank_].busId, ms);
   } else {
     FERRY_WARN("rank %d of %d: communicator init failed: %s", rank_, nranks_, statusString(s));
   }
@@ -59,8 +58,8 @@ Status Communicator::initSteps(const ncclUniqueId& id) {
   FERRY_CHECK(boot::Bootstrap::create(id, rank_, nranks_, opts, &bootstrap_));
 
   std::vector<PeerInfo> peers(nranks_);
-  FERRY_CHECK(fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId,
-                                &peers[rank_]));
+  FERRY_CHECK(
+      fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId, &peers[rank_]));
   FERRY_CHECK(bootstrap_->allGather(peers.data(), sizeof(PeerInfo)));
   FERRY_CHECK(buildTopology(peers, rank_, &topology_));
   FERRY_INFO(kLogInit, "runtime %s, %s", rt::runtimeKindName(runtime_->kind()),

@@ -45,7 +45,9 @@ Status runConcurrently(std::vector<GroupJob>& jobs) {
 
 }  // namespace
 
-int groupDepth() { return tlsGroup.depth; }
+int groupDepth() {
+  return tlsGroup.depth;
+}
 
 Status groupStart() {
   ++tlsGroup.depth;
@@ -88,7 +90,8 @@ Status groupEnd() {
 
 void groupAddP2p(Communicator* comm, const P2pTask& task) {
   auto& list = tlsGroup.p2p;
-  auto it = std::find_if(list.begin(), list.end(), [comm](const auto& e) { return e.first == comm; });
+  auto it =
+      std::find_if(list.begin(), list.end(), [comm](const auto& e) { return e.first == comm; });
   if (it == list.end()) {
     list.emplace_back(comm, std::vector<P2pTask>{});
     it = list.end() - 1;

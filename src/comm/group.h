@@ -20,7 +20,7 @@ class Communicator;
 struct GroupJob {
   Communicator* comm = nullptr;  // the communicator whose init this job ends
   bool blocking = true;
-  std::function<Status()> run;   // must end in comm->runInit or comm->failInit
+  std::function<Status()> run;  // must end in comm->runInit or comm->failInit
 };
 
 [[nodiscard]] Status groupStart();

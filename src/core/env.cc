@@ -9,6 +9,8 @@ std::string envString(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
-bool envIsSet(const char* name) { return std::getenv(name) != nullptr; }
+bool envIsSet(const char* name) {
+  return std::getenv(name) != nullptr;
+}
 
 }  // namespace ferry

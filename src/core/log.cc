@@ -36,12 +36,23 @@ struct SubsysName {
   uint32_t bit;
 };
 constexpr SubsysName kSubsysNames[] = {
-    {"INIT", kLogInit},   {"COLL", kLogColl},       {"P2P", kLogP2p},
-    {"SHM", kLogShm},     {"NET", kLogNet},         {"GRAPH", kLogGraph},
-    {"TUNING", kLogTuning}, {"ENV", kLogEnv},       {"ALLOC", kLogAlloc},
-    {"CALL", kLogCall},   {"PROXY", kLogProxy},     {"NVLS", kLogNvls},
-    {"BOOTSTRAP", kLogBootstrap}, {"REG", kLogReg}, {"PROFILE", kLogProfile},
-    {"RAS", kLogRas},     {"ALL", kLogAll},
+    {"INIT", kLogInit},
+    {"COLL", kLogColl},
+    {"P2P", kLogP2p},
+    {"SHM", kLogShm},
+    {"NET", kLogNet},
+    {"GRAPH", kLogGraph},
+    {"TUNING", kLogTuning},
+    {"ENV", kLogEnv},
+    {"ALLOC", kLogAlloc},
+    {"CALL", kLogCall},
+    {"PROXY", kLogProxy},
+    {"NVLS", kLogNvls},
+    {"BOOTSTRAP", kLogBootstrap},
+    {"REG", kLogReg},
+    {"PROFILE", kLogProfile},
+    {"RAS", kLogRas},
+    {"ALL", kLogAll},
 };
 
 // Caller holds s.mu.
@@ -146,8 +157,7 @@ bool logEnabled(LogLevel level, uint32_t subsys) {
   return true;
 }
 
-void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt,
-                ...) {
+void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...) {
   char body[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -181,7 +191,11 @@ std::string lastWarning() {
   return s.lastWarn;
 }
 
-LogRankScope::LogRankScope(int rank) : saved_(tlsRank) { tlsRank = rank; }
-LogRankScope::~LogRankScope() { tlsRank = saved_; }
+LogRankScope::LogRankScope(int rank) : saved_(tlsRank) {
+  tlsRank = rank;
+}
+LogRankScope::~LogRankScope() {
+  tlsRank = saved_;
+}
 
 }  // namespace ferry

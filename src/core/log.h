@@ -77,14 +77,14 @@ class LogRankScope {
 
 #define FERRY_WARN(...) \
   ::ferry::logMessage(::ferry::LogLevel::Warn, ::ferry::kLogAll, __FILE__, __LINE__, __VA_ARGS__)
-#define FERRY_INFO(subsys, ...)                                                          \
-  do {                                                                                   \
-    if (::ferry::logEnabled(::ferry::LogLevel::Info, (subsys)))                          \
+#define FERRY_INFO(subsys, ...)                                                                \
+  do {                                                                                         \
+    if (::ferry::logEnabled(::ferry::LogLevel::Info, (subsys)))                                \
       ::ferry::logMessage(::ferry::LogLevel::Info, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define FERRY_TRACE(subsys, ...)                                                          \
-  do {                                                                                    \
-    if (::ferry::logEnabled(::ferry::LogLevel::Trace, (subsys)))                          \
+#define FERRY_TRACE(subsys, ...)                                                                \
+  do {                                                                                          \
+    if (::ferry::logEnabled(::ferry::LogLevel::Trace, (subsys)))                                \
       ::ferry::logMessage(::ferry::LogLevel::Trace, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define FERRY_LOG_CALL_FAILURE(status, what) \

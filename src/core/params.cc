@@ -26,9 +26,12 @@ bool parseParamInt(const std::string& text, int64_t* out) {
   long long v = strtoll(text.c_str(), &end, 0);
   if (errno != 0 || end == text.c_str()) return false;
   int64_t mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1LL << 10, ++end;
-  else if (*end == 'M' || *end == 'm') mult = 1LL << 20, ++end;
-  else if (*end == 'G' || *end == 'g') mult = 1LL << 30, ++end;
+  if (*end == 'K' || *end == 'k')
+    mult = 1LL << 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    mult = 1LL << 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    mult = 1LL << 30, ++end;
   if (*end != '\0') return false;
   if (v != 0 && (v > INT64_MAX / mult || v < INT64_MIN / mult)) return false;
   *out = static_cast<int64_t>(v) * mult;
@@ -98,12 +101,18 @@ Params Params::load() {
   return fromValues(given);
 }
 
-int64_t Params::getInt(ParamId id) const { return values_[static_cast<int>(id)].i; }
-bool Params::getBool(ParamId id) const { return values_[static_cast<int>(id)].i != 0; }
+int64_t Params::getInt(ParamId id) const {
+  return values_[static_cast<int>(id)].i;
+}
+bool Params::getBool(ParamId id) const {
+  return values_[static_cast<int>(id)].i != 0;
+}
 const std::string& Params::getString(ParamId id) const {
   return values_[static_cast<int>(id)].text;
 }
-bool Params::isSet(ParamId id) const { return values_[static_cast<int>(id)].set; }
+bool Params::isSet(ParamId id) const {
+  return values_[static_cast<int>(id)].set;
+}
 
 std::string Params::dump() const {
   std::string out;

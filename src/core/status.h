@@ -17,7 +17,9 @@ namespace ferry {
 
 using Status = ncclResult_t;
 
-inline bool ok(Status s) { return s == ncclSuccess; }
+inline bool ok(Status s) {
+  return s == ncclSuccess;
+}
 
 // Human-readable text for a status (ncclGetErrorString answers with this).
 const char* statusString(Status s);
@@ -26,20 +28,20 @@ const char* statusString(Status s);
 
 // Propagate a non-success status to the caller, logging the call site.
 // ncclInProgress is propagated too: it is not success.
-#define FERRY_CHECK(expr)                                                           \
-  do {                                                                              \
-    ::ferry::Status ferry_status_ = (expr);                                         \
-    if (ferry_status_ != ncclSuccess) {                                             \
-      FERRY_LOG_CALL_FAILURE(ferry_status_, #expr);                                 \
-      return ferry_status_;                                                         \
-    }                                                                               \
+#define FERRY_CHECK(expr)                           \
+  do {                                              \
+    ::ferry::Status ferry_status_ = (expr);         \
+    if (ferry_status_ != ncclSuccess) {             \
+      FERRY_LOG_CALL_FAILURE(ferry_status_, #expr); \
+      return ferry_status_;                         \
+    }                                               \
   } while (0)
 
 // Return `code` with a WARN line built from printf-style arguments.
-#define FERRY_FAIL(code, ...)      \
-  do {                             \
-    FERRY_WARN(__VA_ARGS__);       \
-    return (code);                 \
+#define FERRY_FAIL(code, ...) \
+  do {                        \
+    FERRY_WARN(__VA_ARGS__);  \
+    return (code);            \
   } while (0)
 
 #include "core/log.h"

@@ -1,7 +1,9 @@
 #include "enqueue/p2p_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace ferry {
 
@@ -24,7 +26,8 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   } else if (wait == "memop") {
     e->spinWait_ = false;
   } else {
-    if (wait != "auto") FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
+    if (wait != "auto")
+      FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
     // auto = the spin kernel on CUDA: measured on H200 / driver 580, a user
     // stream's cuStreamWaitValue64 on our memfd-backed, host-registered control
     // block is never released by the peer's writes (the spin kernel sees them),
@@ -45,7 +48,8 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
                           : "stream memory operations (zero SMs)",
              e->zeroCopy_ ? ", zero-copy when the receive buffer can be mapped" : "");
   if (e->stageSends_) {
-    FERRY_INFO(kLogP2p | kLogInit, "sends are staged (lazy module loading): a send never makes "
+    FERRY_INFO(kLogP2p | kLogInit,
+               "sends are staged (lazy module loading): a send never makes "
                "its stream wait for the receiver; set CUDA_MODULE_LOADING=EAGER to avoid the copy");
   }
   *out = std::move(e);
@@ -86,7 +90,8 @@ Status P2pEngine::streamFor(void* handle, std::vector<void*>& handles,
   bool capturing = false;
   FERRY_CHECK(runtime_->isCapturing(handle, &capturing));
   if (capturing) {
-    FERRY_FAIL(ncclInvalidUsage, "SM-free send/recv cannot be captured in a CUDA graph in this "
+    FERRY_FAIL(ncclInvalidUsage,
+               "SM-free send/recv cannot be captured in a CUDA graph in this "
                "version (no kernel p2p fallback yet); issue it outside the capture");
   }
   std::unique_ptr<rt::Stream> s;
@@ -99,11 +104,12 @@ Status P2pEngine::streamFor(void* handle, std::vector<void*>& handles,
 
 Status P2pEngine::userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word, uint64_t value) {
   uint64_t* addr = ctrl.dev(word);
-  FERRY_TRACE(kLogP2p, "user stream %p waits for word +%zu of block %p >= %llu (now %llu)",
-              stream.nativeHandle(),
-              static_cast<size_t>(reinterpret_cast<char*>(&word) - reinterpret_cast<char*>(ctrl.ctrl)),
-              static_cast<void*>(ctrl.ctrl), static_cast<unsigned long long>(value),
-              static_cast<unsigned long long>(word.load()));
+  FERRY_TRACE(
+      kLogP2p, "user stream %p waits for word +%zu of block %p >= %llu (now %llu)",
+      stream.nativeHandle(),
+      static_cast<size_t>(reinterpret_cast<char*>(&word) - reinterpret_cast<char*>(ctrl.ctrl)),
+      static_cast<void*>(ctrl.ctrl), static_cast<unsigned long long>(value),
+      static_cast<unsigned long long>(word.load()));
   if (spinWait_) return stream.waitValue64Spin(addr, value);
   return stream.waitValue64(addr, value, rt::WaitCondition::Geq);
 }
@@ -151,9 +157,10 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
       const P2pTask& t = tasks[i];
       if (!t.isSend || t.bytes == 0) continue;
       SendConnection* c = state_.send[t.peer].get();
-      uint64_t seq = c->nextSeq + static_cast<uint64_t>(std::count_if(
-                                      tasks.begin(), tasks.begin() + static_cast<long>(i),
-                                      [&t](const P2pTask& o) { return o.isSend && o.peer == t.peer; }));
+      uint64_t seq =
+          c->nextSeq + static_cast<uint64_t>(std::count_if(
+                           tasks.begin(), tasks.begin() + static_cast<long>(i),
+                           [&t](const P2pTask& o) { return o.isSend && o.peer == t.peer; }));
       FERRY_CHECK(staging_->take(t.bytes, c, seq, &staged[i]));
       FERRY_CHECK(streams[streamOf[i]]->copyAsync(staged[i], t.buffer, t.bytes));
     }
@@ -208,7 +215,31 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
                            waits[i].first));
     }
   }
+  // Fences: drop the passed ones, then add one per stream after its waits.
+  fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
+                               [](const std::shared_ptr<rt::Event>& e) {
+                                 return e->query() == ncclSuccess;
+                               }),
+                fences_.end());
+  for (auto& stream : streams) {
+    std::shared_ptr<rt::Event> fence;
+    FERRY_CHECK(newEvent(&fence));
+    FERRY_CHECK(fence->record(*stream));
+    fences_.push_back(std::move(fence));
+  }
   return ncclSuccess;
+}
+
+bool P2pEngine::waitFences(int64_t timeoutMs) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  for (auto& fence : fences_) {
+    while (fence->query() == ncclInProgress) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  fences_.clear();
+  return true;
 }
 
 Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
@@ -217,13 +248,28 @@ Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
   Status s = proxy_->detach(this, abort, timeoutMs);
   if (s != ncclSuccess || abort) {
     // Nothing may stay blocked on this communicator's words.
-    for (auto& c : state_.send) if (c) releaseConnectionWaits(*c);
-    for (auto& c : state_.recv) if (c) releaseConnectionWaits(*c);
+    for (auto& c : state_.send)
+      if (c) releaseConnectionWaits(*c);
+    for (auto& c : state_.recv)
+      if (c) releaseConnectionWaits(*c);
   }
   (void)runtime_->setDevice(device_);
-  for (auto& c : state_.send) if (c) (void)c->stream->synchronize();
-  for (auto& c : state_.recv) if (c) (void)c->stream->synchronize();
+  for (auto& c : state_.send)
+    if (c) (void)c->stream->synchronize();
+  for (auto& c : state_.recv)
+    if (c) (void)c->stream->synchronize();
   staging_->clear();  // the copy streams are idle: no copy reads a block any more
+  if (!waitFences(abort ? 10000 : std::min<int64_t>(timeoutMs, 60000))) {
+    // A user stream has not yet executed its wait on our words (it is blocked
+    // on other work): unmapping them now could fault it later. Keep them.
+    FERRY_WARN("rank %d: a user stream still has to pass its wait on this communicator; "
+               "keeping its %zu control blocks mapped for the life of the process",
+               myRank_, state_.send.size() + state_.recv.size());
+    static std::mutex graveMu;
+    static auto* grave = new std::vector<P2pState>();  // deliberately never freed
+    std::lock_guard<std::mutex> lock(graveMu);
+    grave->push_back(std::move(state_));
+  }
   FERRY_INFO(kLogP2p, "rank %d p2p totals:%s", myRank_, describeCounters().c_str());
   return s;
 }
@@ -249,8 +295,9 @@ std::string P2pEngine::describeCounters() const {
     const RecvConnection* r = state_.recv[p].get();
     if (s == nullptr && r == nullptr) continue;
     char line[200];
-    snprintf(line, sizeof(line), " [peer %zu: sent %llu ops %llu B (%llu zero-copy), received %llu ops %llu B]",
-             p, s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
+    snprintf(line, sizeof(line),
+             " [peer %zu: sent %llu ops %llu B (%llu zero-copy), received %llu ops %llu B]", p,
+             s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.bytes.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.zeroCopyOps.load()) : 0ULL,
              r ? static_cast<unsigned long long>(r->counters.ops.load()) : 0ULL,

@@ -45,8 +45,7 @@ class P2pEngine {
   ~P2pEngine();
   // Collective: establishes every connection (see transport/setup.h).
   [[nodiscard]] static Status create(const P2pSetupContext& ctx, std::atomic<Status>* asyncError,
-                                     std::shared_ptr<Proxy> proxy,
-                                     std::unique_ptr<P2pEngine>* out);
+                                     std::shared_ptr<Proxy> proxy, std::unique_ptr<P2pEngine>* out);
 
   // Enqueues one group's tasks of this communicator, in call order.
   [[nodiscard]] Status launch(const std::vector<P2pTask>& tasks);
@@ -84,6 +83,11 @@ class P2pEngine {
   // Ready events, reused once the proxy has issued the wait on them.
   std::mutex eventMu_;
   std::vector<std::unique_ptr<rt::Event>> freeEvents_;
+  // One event per user stream and launch, recorded after that stream's waits
+  // on our control words: the words (and their host registration) must stay
+  // mapped until every such wait has executed, even after an abort.
+  std::vector<std::shared_ptr<rt::Event>> fences_;
+  [[nodiscard]] bool waitFences(int64_t timeoutMs);
 };
 
 }  // namespace ferry

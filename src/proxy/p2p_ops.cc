@@ -7,7 +7,9 @@
 namespace ferry {
 namespace {
 
-CtrlBlock& ctrlOf(ConnectionBase& c) { return *c.ctrl.ctrl; }
+CtrlBlock& ctrlOf(ConnectionBase& c) {
+  return *c.ctrl.ctrl;
+}
 
 // The copy stream waits for the user's stream to reach the operation before
 // its first copy touches the user's buffer.
@@ -51,10 +53,11 @@ Status sendMatch(P2pOp& op, bool* progressed) {
   }
   if (rdv.bytes != op.bytes) {
     reportToPeer(c, ncclInvalidUsage);
-    FERRY_FAIL(ncclInvalidUsage, "send to peer %d of %llu bytes is matched by a receive of %llu "
-               "bytes (message %llu): sizes must be equal", c.peer,
-               static_cast<unsigned long long>(op.bytes), static_cast<unsigned long long>(rdv.bytes),
-               static_cast<unsigned long long>(op.seq));
+    FERRY_FAIL(ncclInvalidUsage,
+               "send to peer %d of %llu bytes is matched by a receive of %llu "
+               "bytes (message %llu): sizes must be equal",
+               c.peer, static_cast<unsigned long long>(op.bytes),
+               static_cast<unsigned long long>(rdv.bytes), static_cast<unsigned long long>(op.seq));
   }
   op.mode = static_cast<RdvMode>(rdv.mode);
   op.alloc.allocId = rdv.allocId;
@@ -70,11 +73,29 @@ Status sendMatch(P2pOp& op, bool* progressed) {
               static_cast<unsigned long long>(op.seq), static_cast<unsigned long long>(op.bytes),
               rdv.mode);
   *progressed = true;
-  op.state = op.mode == RdvMode::Fifo ? P2pOp::State::Fifo
+  op.state = op.mode == RdvMode::Fifo            ? P2pOp::State::Fifo
              : op.mode == RdvMode::ZeroCopyLocal ? P2pOp::State::WaitPeerReady
                                                  : P2pOp::State::MapPeer;
   if (op.mode == RdvMode::Fifo) op.offset = 0;
   return ncclSuccess;
+}
+
+// A CUDA legacy handle equal to one already mapped under another allocation
+// id belongs to a freed allocation whose memory the peer reused (live
+// allocations never share a handle, and ids are never reused). CUDA refuses
+// to open a handle twice in one process, so the stale mapping is closed first,
+// once the copies that may still use it have finished.
+void evictStaleMapping(SendConnection& c, const rt::IpcDescriptor& desc) {
+  if (desc.type != rt::IpcDescriptor::Type::CudaLegacy) return;
+  for (auto it = c.zeroCopyMaps.begin(); it != c.zeroCopyMaps.end(); ++it) {
+    if (std::equal(desc.bytes, desc.bytes + sizeof(desc.bytes), it->second.handle)) {
+      (void)c.stream->synchronize();
+      FERRY_INFO(kLogP2p, "peer %d: closing the stale mapping of freed allocation %llu", c.peer,
+                 static_cast<unsigned long long>(it->first));
+      c.zeroCopyMaps.erase(it);
+      return;
+    }
+  }
 }
 
 // Maps the receiver's allocation once (cached by allocation id).
@@ -97,19 +118,23 @@ Status sendMapPeer(P2pOp& op, bool* progressed) {
       FERRY_CHECK(s);
       desc.fd = fd.release();
     }
+    evictStaleMapping(c, desc);
     std::unique_ptr<rt::IpcMapping> mapping;
     FERRY_CHECK(op.runtime->importIpc(desc, &mapping));
-    it = c.zeroCopyMaps.emplace(op.alloc.allocId, std::move(mapping)).first;
+    ZeroCopyMapping entry;
+    entry.mapping = std::move(mapping);
+    std::copy(desc.bytes, desc.bytes + sizeof(desc.bytes), entry.handle);
+    it = c.zeroCopyMaps.emplace(op.alloc.allocId, std::move(entry)).first;
     FERRY_INFO(kLogP2p, "peer %d: mapped allocation %llu (%llu bytes) for zero-copy", c.peer,
                static_cast<unsigned long long>(op.alloc.allocId),
                static_cast<unsigned long long>(op.alloc.size));
   }
-  if (op.offset + op.bytes > it->second->size()) {
+  if (op.offset + op.bytes > it->second.mapping->size()) {
     FERRY_FAIL(ncclInternalError, "zero-copy target [%llu, +%llu) exceeds allocation of %zu bytes",
                static_cast<unsigned long long>(op.offset),
-               static_cast<unsigned long long>(op.bytes), it->second->size());
+               static_cast<unsigned long long>(op.bytes), it->second.mapping->size());
   }
-  op.peerDst = static_cast<char*>(it->second->ptr()) + op.offset;
+  op.peerDst = static_cast<char*>(it->second.mapping->ptr()) + op.offset;
   op.state = P2pOp::State::WaitPeerReady;
   *progressed = true;
   return ncclSuccess;
@@ -120,7 +145,8 @@ Status sendZeroCopy(P2pOp& op, bool* progressed) {
   SendConnection& c = *op.send;
   CtrlBlock& ctrl = ctrlOf(c);
   if (op.streamWaitsPeer) {
-    FERRY_CHECK(c.stream->waitValue64(c.ctrl.dev(ctrl.recvReady), op.seq + 1, rt::WaitCondition::Geq));
+    FERRY_CHECK(
+        c.stream->waitValue64(c.ctrl.dev(ctrl.recvReady), op.seq + 1, rt::WaitCondition::Geq));
   } else if (ctrl.recvReady.load() <= op.seq) {  // acquire
     return ncclInProgress;
   }
@@ -169,9 +195,8 @@ Status recvPost(P2pOp& op, bool* progressed) {
   rdv.ipcType = static_cast<uint32_t>(op.alloc.ipc.type);
   rdv.allocId = op.alloc.allocId;
   rdv.allocSize = op.alloc.size;
-  rdv.offset = op.mode == RdvMode::ZeroCopyIpc
-                   ? reinterpret_cast<uint64_t>(op.buffer) - op.alloc.base
-                   : 0;
+  rdv.offset =
+      op.mode == RdvMode::ZeroCopyIpc ? reinterpret_cast<uint64_t>(op.buffer) - op.alloc.base : 0;
   rdv.localPtr = reinterpret_cast<uint64_t>(op.buffer);
   std::copy(op.alloc.ipc.bytes, op.alloc.ipc.bytes + sizeof(rdv.ipc), rdv.ipc);
   // Release: the sender's acquire load of recvPosted sees the whole entry.
@@ -196,8 +221,8 @@ Status recvFifo(P2pOp& op, bool* progressed) {
     uint64_t len = ctrl.slotBytes[slot];
     if (len == 0 || len > c.chunkBytes || len > op.bytes - op.offset) {
       reportToPeer(c, ncclInternalError);
-      FERRY_FAIL(ncclInternalError, "receive from peer %d: chunk of %llu bytes does not fit", c.peer,
-                 static_cast<unsigned long long>(len));
+      FERRY_FAIL(ncclInternalError, "receive from peer %d: chunk of %llu bytes does not fit",
+                 c.peer, static_cast<unsigned long long>(len));
     }
     FERRY_CHECK(c.stream->copyAsync(op.buffer + op.offset, c.fifo + slot * c.chunkBytes, len));
     FERRY_CHECK(c.stream->writeValue64(c.ctrl.dev(ctrl.head), c.chunks + 1));
@@ -240,8 +265,8 @@ Status progressOp(P2pOp& op, bool* progressed) {
                                                       : static_cast<ConnectionBase&>(*op.recv);
   FERRY_CHECK(checkPeerError(conn));
   FERRY_CHECK(op.runtime->setDevice(conn.device));
-  Status s = op.kind == P2pOp::Kind::Send ? progressSend(op, progressed)
-                                          : progressRecv(op, progressed);
+  Status s =
+      op.kind == P2pOp::Kind::Send ? progressSend(op, progressed) : progressRecv(op, progressed);
   if (s == ncclSuccess) {
     FERRY_TRACE(kLogP2p, "%s peer %d: message %llu issued completely",
                 op.kind == P2pOp::Kind::Send ? "send to" : "recv from", conn.peer,

@@ -93,8 +93,10 @@ Status Proxy::detach(const void* owner, bool abort, int64_t timeoutMs) {
   int64_t deadline = nowNs() + timeoutMs * 1000000;
   while (pendingOps(owner) > 0) {
     if (nowNs() > deadline) {
-      FERRY_FAIL(ncclSystemError, "timed out after %lld ms waiting for %zu point-to-point "
-                 "operation(s) to finish", static_cast<long long>(timeoutMs), pendingOps(owner));
+      FERRY_FAIL(ncclSystemError,
+                 "timed out after %lld ms waiting for %zu point-to-point "
+                 "operation(s) to finish",
+                 static_cast<long long>(timeoutMs), pendingOps(owner));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -110,9 +112,8 @@ void Proxy::takePosted() {
     drops.swap(dropRequests_);
   }
   for (P2pOp* op : posted) {
-    ConnectionBase* conn = op->kind == P2pOp::Kind::Send
-                               ? static_cast<ConnectionBase*>(op->send)
-                               : static_cast<ConnectionBase*>(op->recv);
+    ConnectionBase* conn = op->kind == P2pOp::Kind::Send ? static_cast<ConnectionBase*>(op->send)
+                                                         : static_cast<ConnectionBase*>(op->recv);
     conn->queue.push_back(op);
     if (std::find(active_.begin(), active_.end(), conn) == active_.end()) active_.push_back(conn);
   }
@@ -126,7 +127,28 @@ static void forget(std::vector<std::pair<const void*, size_t>>& counts, const vo
   }
 }
 
+// Finished (or dropped) operations are counted out last: detach() returns as
+// soon as an owner's count reaches zero and its caller then frees the engine
+// and its connections, so by then the proxy must hold no pointer to them (the
+// connections have left active_, the operations are deleted).
+void Proxy::retire(std::vector<P2pOp*>& done) {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](ConnectionBase* c) { return c->queue.empty(); }),
+                active_.end());
+  // Deleted before they are counted out: deleting one may return its ready
+  // event to its engine's pool, and the engine may be freed once the count is 0.
+  std::vector<const void*> owners;
+  for (P2pOp* op : done) {
+    owners.push_back(op->owner);
+    delete op;
+  }
+  done.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const void* owner : owners) forget(counts_, owner);
+}
+
 void Proxy::dropOwner(const void* owner) {
+  std::vector<P2pOp*> done;
   for (ConnectionBase* conn : active_) {
     bool touched = false;
     for (auto it = conn->queue.begin(); it != conn->queue.end();) {
@@ -135,19 +157,20 @@ void Proxy::dropOwner(const void* owner) {
         continue;
       }
       touched = true;
-      delete *it;
+      done.push_back(*it);
       it = conn->queue.erase(it);
-      std::lock_guard<std::mutex> lock(mu_);
-      forget(counts_, owner);
     }
     if (touched) releaseConnectionWaits(*conn);
   }
+  retire(done);
 }
 
-void Proxy::failConnection(ConnectionBase& conn, Status s) {
+void Proxy::failConnection(ConnectionBase& conn, Status s, std::vector<P2pOp*>& done) {
   conn.failed = s;
-  FERRY_WARN("point-to-point connection with peer %d failed: %s; failing its %zu pending "
-             "operation(s)", conn.peer, statusString(s), conn.queue.size());
+  FERRY_WARN(
+      "point-to-point connection with peer %d failed: %s; failing its %zu pending "
+      "operation(s)",
+      conn.peer, statusString(s), conn.queue.size());
   releaseConnectionWaits(conn);
   for (P2pOp* op : conn.queue) {
     Status expected = ncclSuccess;
@@ -155,15 +178,14 @@ void Proxy::failConnection(ConnectionBase& conn, Status s) {
       // Release: a user thread reading the async error (acquire) sees it.
       op->asyncError->compare_exchange_strong(expected, s, std::memory_order_release);
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    forget(counts_, op->owner);
-    delete op;
+    done.push_back(op);
   }
   conn.queue.clear();
 }
 
 bool Proxy::progressAll() {
   bool any = false;
+  std::vector<P2pOp*> done;
   for (ConnectionBase* conn : active_) {
     while (!conn->queue.empty()) {
       P2pOp* op = conn->queue.front();
@@ -172,22 +194,16 @@ bool Proxy::progressAll() {
       any = any || progressed;
       if (s == ncclInProgress) break;
       if (s != ncclSuccess) {
-        failConnection(*conn, s);
+        failConnection(*conn, s, done);
         any = true;
         break;
       }
       conn->queue.pop_front();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        forget(counts_, op->owner);
-      }
-      delete op;
+      done.push_back(op);
       any = true;
     }
   }
-  active_.erase(std::remove_if(active_.begin(), active_.end(),
-                               [](ConnectionBase* c) { return c->queue.empty(); }),
-                active_.end());
+  retire(done);
   return any;
 }
 
@@ -205,11 +221,13 @@ void Proxy::sleepUntilWork(int timeoutMs) {
 // A dead peer process closes its end of our RPC link: fail its connections
 // now rather than waiting for a timeout.
 void Proxy::checkPeers() {
+  std::vector<P2pOp*> done;
   for (ConnectionBase* conn : active_) {
     if (conn->failed == ncclSuccess && conn->peerLink != nullptr && conn->peerLink->peerClosed()) {
-      failConnection(*conn, ncclRemoteError);
+      failConnection(*conn, ncclRemoteError, done);
     }
   }
+  retire(done);
 }
 
 void Proxy::loop() {

@@ -50,7 +50,8 @@ class Proxy {
   void takePosted();
   bool progressAll();
   void dropOwner(const void* owner);
-  void failConnection(ConnectionBase& conn, Status s);
+  void failConnection(ConnectionBase& conn, Status s, std::vector<P2pOp*>& done);
+  void retire(std::vector<P2pOp*>& done);
   void checkPeers();
   void sleepUntilWork(int timeoutMs);
   void wake();
@@ -62,7 +63,7 @@ class Proxy {
   std::atomic<bool> stop_{false};
   int64_t spinUs_ = 200;
 
-  std::mutex mu_;                       // guards inbox_, dropRequests_, counts_
+  std::mutex mu_;  // guards inbox_, dropRequests_, counts_
   std::vector<P2pOp*> inbox_;
   std::vector<const void*> dropRequests_;
   std::vector<std::pair<const void*, size_t>> counts_;  // live ops per owner

@@ -34,7 +34,8 @@ std::string uniqueName() {
   std::random_device rd;
   uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   char buf[64];
-  snprintf(buf, sizeof(buf), "ferry-proxy-%d-%016llx", getpid(), static_cast<unsigned long long>(r));
+  snprintf(buf, sizeof(buf), "ferry-proxy-%d-%016llx", getpid(),
+           static_cast<unsigned long long>(r));
   return buf;
 }
 
@@ -136,8 +137,8 @@ void RpcServer::answer(size_t index) {
   }
   fd = held.get();
   if (reply.status == ncclSuccess && fd < 0) reply.status = ncclSystemError;
-  Status s = unixSendMsg(client.get(), &reply, sizeof(reply), &fd, reply.status == ncclSuccess ? 1 : 0,
-                         1000);
+  Status s = unixSendMsg(client.get(), &reply, sizeof(reply), &fd,
+                         reply.status == ncclSuccess ? 1 : 0, 1000);
   if (s != ncclSuccess) client.reset();
 }
 
@@ -157,8 +158,8 @@ Status RpcClient::fetch(RpcKind kind, uint64_t a, uint64_t b, int64_t timeoutMs,
   int numFds = 0;
   UniqueFd fds[1];
   pending_ = false;
-  FERRY_CHECK(unixRecvMsg(sock_.get(), &reply, sizeof(reply), &got, fds, 1, &numFds, timeoutMs,
-                          abortFlag));
+  FERRY_CHECK(
+      unixRecvMsg(sock_.get(), &reply, sizeof(reply), &got, fds, 1, &numFds, timeoutMs, abortFlag));
   return decodeReply(reply, got, numFds, fds, fd, size);
 }
 

@@ -24,7 +24,8 @@ namespace {
 
 Status validatePeers(const std::vector<PeerInfo>& peers, int myRank) {
   const int n = static_cast<int>(peers.size());
-  if (myRank < 0 || myRank >= n) FERRY_FAIL(ncclInternalError, "topology: rank %d of %d", myRank, n);
+  if (myRank < 0 || myRank >= n)
+    FERRY_FAIL(ncclInternalError, "topology: rank %d of %d", myRank, n);
   for (int r = 0; r < n; ++r) {
     const PeerInfo& p = peers[r];
     if (p.version != kPeerInfoVersion) {

@@ -16,12 +16,12 @@ const char* peerLinkName(PeerLink link);
 
 struct Topology {
   int myRank = -1;
-  std::vector<PeerInfo> peers;   // indexed by rank
-  std::vector<PeerLink> links;   // links[r]: how myRank reaches rank r
-  std::vector<int> ringOrder;    // ranks in ring order, starting at rank 0
+  std::vector<PeerInfo> peers;  // indexed by rank
+  std::vector<PeerLink> links;  // links[r]: how myRank reaches rank r
+  std::vector<int> ringOrder;   // ranks in ring order, starting at rank 0
   int nHosts = 0;
-  int localRank = -1;            // index among ranks on my host (by rank order)
-  int localRanks = 0;            // ranks on my host
+  int localRank = -1;  // index among ranks on my host (by rank order)
+  int localRanks = 0;  // ranks on my host
 };
 
 // Validates the gathered table and classifies every peer. Errors (with WARN):

@@ -71,22 +71,27 @@ struct ConnectionBase {
   RpcClient* peerLink = nullptr;
 };
 
+struct ZeroCopyMapping {
+  std::unique_ptr<rt::IpcMapping> mapping;
+  uint8_t handle[64] = {0};  // the IPC handle it was opened from
+};
+
 struct SendConnection : ConnectionBase {
   SendConnection() { isSend = true; }
-  char* peerFifo = nullptr;                      // the receiver's slots, as mapped here
-  std::unique_ptr<rt::IpcMapping> fifoMapping;   // when mapped from another process
-  std::unique_ptr<SharedRegion> fifoShared;      // SHM transport: host FIFO mapping
+  char* peerFifo = nullptr;                     // the receiver's slots, as mapped here
+  std::unique_ptr<rt::IpcMapping> fifoMapping;  // when mapped from another process
+  std::unique_ptr<SharedRegion> fifoShared;     // SHM transport: host FIFO mapping
   std::unique_ptr<rt::HostRegistration> fifoRegistration;
-  std::unique_ptr<RpcClient> rpc;                // to the peer process's proxy
+  std::unique_ptr<RpcClient> rpc;  // to the peer process's proxy
   // Proxy state: zero-copy mappings of the peer's allocations, by id.
-  std::map<uint64_t, std::unique_ptr<rt::IpcMapping>> zeroCopyMaps;
+  std::map<uint64_t, ZeroCopyMapping> zeroCopyMaps;
 };
 
 struct RecvConnection : ConnectionBase {
   std::unique_ptr<rt::DeviceMemory> fifoDevice;  // P2P transport
   std::unique_ptr<SharedRegion> fifoShared;      // SHM transport
   std::unique_ptr<rt::HostRegistration> fifoRegistration;
-  char* fifo = nullptr;                          // address of slot 0 for this process's copies
+  char* fifo = nullptr;  // address of slot 0 for this process's copies
 };
 
 // Every connection of one communicator (indexed by peer rank; the self

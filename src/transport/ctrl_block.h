@@ -85,11 +85,11 @@ struct CtrlBlock {
   uint32_t nslots;
   uint64_t chunkBytes;
   // Written by S.
-  CtrlWord tail;         // S stream
-  CtrlWord rdvConsumed;  // S proxy (CPU)
-  CtrlWord sendDone;     // S stream; S's user stream waits on it
-  CtrlWord zcDone;       // S stream; R's user stream waits on it (zero-copy messages)
-  CtrlWord error;        // either side (CPU); first nonzero wins
+  CtrlWord tail;                  // S stream
+  CtrlWord rdvConsumed;           // S proxy (CPU)
+  CtrlWord sendDone;              // S stream; S's user stream waits on it
+  CtrlWord zcDone;                // S stream; R's user stream waits on it (zero-copy messages)
+  CtrlWord error;                 // either side (CPU); first nonzero wins
   uint64_t slotBytes[kMaxSlots];  // S proxy (CPU), before the chunk copy
   // Written by R.
   CtrlWord head;        // R stream

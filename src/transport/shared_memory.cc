@@ -29,7 +29,8 @@ Status SharedRegion::create(size_t bytes, const char* name, std::unique_ptr<Shar
                strerror(errno));
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) FERRY_FAIL(ncclSystemError, "mmap of %zu bytes failed: %s", size, strerror(errno));
+  if (p == MAP_FAILED)
+    FERRY_FAIL(ncclSystemError, "mmap of %zu bytes failed: %s", size, strerror(errno));
   out->reset(new SharedRegion(std::move(fd), p, size));
   return ncclSuccess;
 }
@@ -42,7 +43,8 @@ Status SharedRegion::attach(UniqueFd fd, size_t bytes, std::unique_ptr<SharedReg
                static_cast<long long>(actual), size);
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) FERRY_FAIL(ncclSystemError, "mmap of %zu bytes failed: %s", size, strerror(errno));
+  if (p == MAP_FAILED)
+    FERRY_FAIL(ncclSystemError, "mmap of %zu bytes failed: %s", size, strerror(errno));
   out->reset(new SharedRegion(std::move(fd), p, size));
   return ncclSuccess;
 }

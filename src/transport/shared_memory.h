@@ -26,8 +26,7 @@ class SharedRegion {
   [[nodiscard]] static Status create(size_t bytes, const char* name,
                                      std::unique_ptr<SharedRegion>* out);
   // Maps a region created elsewhere; takes ownership of `fd`.
-  [[nodiscard]] static Status attach(UniqueFd fd, size_t bytes,
-                                     std::unique_ptr<SharedRegion>* out);
+  [[nodiscard]] static Status attach(UniqueFd fd, size_t bytes, std::unique_ptr<SharedRegion>* out);
 
   void* data() const { return data_; }
   size_t size() const { return size_; }

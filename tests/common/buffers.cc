@@ -26,7 +26,8 @@ TestBuffer::TestBuffer(size_t bytes, BufferKind kind) : bytes_(bytes), kind_(kin
 #ifdef FERRY_TEST_CUDA
   if (onCuda()) {
     // The pool allocator's memory cannot be opened with legacy IPC.
-    if (cudaMallocAsync(&ptr_, n, nullptr) != cudaSuccess || cudaStreamSynchronize(nullptr) != cudaSuccess) {
+    if (cudaMallocAsync(&ptr_, n, nullptr) != cudaSuccess ||
+        cudaStreamSynchronize(nullptr) != cudaSuccess) {
       ptr_ = nullptr;
     }
     return;
@@ -54,7 +55,8 @@ TestBuffer::~TestBuffer() {
 void TestBuffer::upload(const void* host, size_t bytes, size_t offset) {
 #ifdef FERRY_TEST_CUDA
   if (onCuda()) {
-    if (cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes, cudaMemcpyDefault) != cudaSuccess) {
+    if (cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes, cudaMemcpyDefault) !=
+        cudaSuccess) {
       fprintf(stderr, "upload failed\n");
       abort();
     }
@@ -67,7 +69,8 @@ void TestBuffer::upload(const void* host, size_t bytes, size_t offset) {
 void TestBuffer::download(void* host, size_t bytes, size_t offset) const {
 #ifdef FERRY_TEST_CUDA
   if (onCuda()) {
-    if (cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes, cudaMemcpyDefault) != cudaSuccess) {
+    if (cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes, cudaMemcpyDefault) !=
+        cudaSuccess) {
       fprintf(stderr, "download failed\n");
       abort();
     }

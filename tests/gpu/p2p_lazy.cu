@@ -22,13 +22,13 @@ __global__ void neverLaunchedBefore(float* data, int n, float add) {
   if (i < n) data[i] = data[i] * 2.0f + add;
 }
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    auto r_ = (x);                                                                \
-    if (r_ != 0) {                                                                \
-      fprintf(stderr, "FAIL %s:%d %s -> %d\n", __FILE__, __LINE__, #x, (int)r_);  \
-      exit(1);                                                                    \
-    }                                                                             \
+#define CHECK(x)                                                                 \
+  do {                                                                           \
+    auto r_ = (x);                                                               \
+    if (r_ != 0) {                                                               \
+      fprintf(stderr, "FAIL %s:%d %s -> %d\n", __FILE__, __LINE__, #x, (int)r_); \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
 
 int main() {
@@ -40,7 +40,8 @@ int main() {
   }
   std::atomic<bool> done{false};
   std::thread watchdog([&done]() {
-    for (int i = 0; i < 600 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 600 && !done.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (!done.load()) {
       fprintf(stderr, "FAIL: hang (lazy loading deadlock?)\n");
       _exit(1);
@@ -65,7 +66,7 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   int peer = 1 - rank;
   auto start = std::chrono::steady_clock::now();
-  CHECK(ncclSend(send, n, ncclFloat, peer, comm, s1));     // cannot finish yet
+  CHECK(ncclSend(send, n, ncclFloat, peer, comm, s1));  // cannot finish yet
   fprintf(stderr, "rank %d: send posted\n", rank);
   neverLaunchedBefore<<<4, 256, 0, s2>>>(work, 1024, 1.0f);  // first launch: lazy load
   CHECK(cudaGetLastError());
@@ -74,9 +75,11 @@ int main() {
   fprintf(stderr, "rank %d: recv posted\n", rank);
   CHECK(cudaStreamSynchronize(s1));
   CHECK(cudaStreamSynchronize(s2));
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   unsigned char b = 0;
-  CHECK(cudaMemcpy(&b, reinterpret_cast<char*>(recv) + n * sizeof(float) - 1, 1, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&b, reinterpret_cast<char*>(recv) + n * sizeof(float) - 1, 1,
+                   cudaMemcpyDeviceToHost));
   bool ok = b == static_cast<unsigned char>(peer + 1);
   printf("%s rank %d: CUDA_MODULE_LOADING=%s FERRY_USER_WAIT=%s: completed in %.1f ms, data %s\n",
          ok ? "PASS" : "FAIL", rank, mode ? mode : "(default)",

@@ -277,8 +277,8 @@ void caseInitAll(const Ctx& ctx) {
     EXPECT_OK(ncclCommCount(comms[i], &count));
     EXPECT_OK(ncclCommUserRank(comms[i], &rank));
     EXPECT_OK(ncclCommCuDevice(comms[i], &dev));
-    EXPECT_TRUE(count == ndev && rank == i && dev == devs[i], "comm %d: %d %d %d", i, count,
-                rank, dev);
+    EXPECT_TRUE(count == ndev && rank == i && dev == devs[i], "comm %d: %d %d %d", i, count, rank,
+                dev);
     // Bootstrap collectives block until every rank joins: one thread each.
     threads.emplace_back([&, i]() { checkAllGather(comms[i], ctx.seed, i, ndev, 3); });
   }

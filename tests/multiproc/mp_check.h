@@ -19,14 +19,14 @@ inline double secondsSince(Clock::time_point t) {
 
 }  // namespace ferry::test
 
-#define EXPECT_TRUE(cond, ...)                                         \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      ++::ferry::test::gFailures;                                      \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
-      fprintf(stderr, __VA_ARGS__);                                    \
-      fprintf(stderr, "\n");                                           \
-    }                                                                  \
+#define EXPECT_TRUE(cond, ...)                                        \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      ++::ferry::test::gFailures;                                     \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, "\n");                                          \
+    }                                                                 \
   } while (0)
 
 #define EXPECT_OK(call) EXPECT_RESULT(call, ncclSuccess)

@@ -41,8 +41,10 @@ void roundOfAlltoallv(World& w, uint64_t round, size_t maxBytes, BufferKind send
   const int n = w.nranks, me = w.rank;
   std::vector<std::unique_ptr<Message>> outgoing, incoming;
   for (int p = 0; p < n; ++p) {
-    outgoing.push_back(std::make_unique<Message>(w, round, me, p, pairBytes(w, round, me, p, maxBytes), sendKind));
-    incoming.push_back(std::make_unique<Message>(w, round, p, me, pairBytes(w, round, p, me, maxBytes), recvKind));
+    outgoing.push_back(
+        std::make_unique<Message>(w, round, me, p, pairBytes(w, round, me, p, maxBytes), sendKind));
+    incoming.push_back(
+        std::make_unique<Message>(w, round, p, me, pairBytes(w, round, p, me, maxBytes), recvKind));
     outgoing.back()->fillAsSender();
     incoming.back()->poison();
   }
@@ -55,9 +57,11 @@ void roundOfAlltoallv(World& w, uint64_t round, size_t maxBytes, BufferKind send
   for (int k : order) {
     int p = k % n;
     if (k < n) {
-      EXPECT_OK(ncclSend(outgoing[p]->buf.data(), outgoing[p]->bytes, ncclInt8, p, w.comm, w.stream));
+      EXPECT_OK(
+          ncclSend(outgoing[p]->buf.data(), outgoing[p]->bytes, ncclInt8, p, w.comm, w.stream));
     } else {
-      EXPECT_OK(ncclRecv(incoming[p]->buf.data(), incoming[p]->bytes, ncclInt8, p, w.comm, w.stream));
+      EXPECT_OK(
+          ncclRecv(incoming[p]->buf.data(), incoming[p]->bytes, ncclInt8, p, w.comm, w.stream));
     }
   }
   EXPECT_OK(ncclGroupEnd());
@@ -75,7 +79,8 @@ void caseAlltoall(World& w) {
   const size_t block = count * sizeof(float);
   TestBuffer send(block * w.nranks, BufferKind::Plain), recv(block * w.nranks, BufferKind::Mapped);
   std::vector<uint8_t> host(block * w.nranks);
-  for (int p = 0; p < w.nranks; ++p) expectedPayload(w, 99, w.rank, p, host.data() + block * p, block);
+  for (int p = 0; p < w.nranks; ++p)
+    expectedPayload(w, 99, w.rank, p, host.data() + block * p, block);
   send.upload(host.data(), host.size());
   std::vector<uint8_t> poison(host.size(), 0xA5);
   recv.upload(poison.data(), poison.size());
@@ -93,8 +98,9 @@ void caseAlltoall(World& w) {
         if (firstBad == block) firstBad = k;
       }
     }
-    EXPECT_TRUE(bad == 0, "ncclAlltoAll block from %d: %zu of %zu bytes differ, first at %zu (0x%02x)",
-                p, bad, block, firstBad, firstBad < block ? got[firstBad] : 0);
+    EXPECT_TRUE(bad == 0,
+                "ncclAlltoAll block from %d: %zu of %zu bytes differ, first at %zu (0x%02x)", p,
+                bad, block, firstBad, firstBad < block ? got[firstBad] : 0);
   }
 }
 
@@ -228,7 +234,7 @@ void caseMixes(World& w) {
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(World&)>> cases = {
-      {"alltoall", caseAlltoall}, {"stress", caseStress},   {"dtypes", caseDtypes},
+      {"alltoall", caseAlltoall},   {"stress", caseStress}, {"dtypes", caseDtypes},
       {"unbatched", caseUnbatched}, {"mixes", caseMixes},   {"large", caseLarge},
       {"abort", caseAbortInFlight},
   };

@@ -24,7 +24,8 @@ void World::destroy() {
 
 void expectedPayload(const World& w, uint64_t round, int sender, int receiver, void* out,
                      size_t bytes) {
-  Rng rng(w.seed ^ (round * 0x9E3779B97F4A7C15ULL), static_cast<uint64_t>(sender) * 65536 + receiver);
+  Rng rng(w.seed ^ (round * 0x9E3779B97F4A7C15ULL),
+          static_cast<uint64_t>(sender) * 65536 + receiver);
   auto* p = static_cast<uint8_t*>(out);
   size_t i = 0;
   for (; i + 8 <= bytes; i += 8) {
@@ -81,7 +82,8 @@ void gatherScatter(World& w, int root) {
       expectedPayload(w, 6000 + root, p, root, want.data(), block);
       EXPECT_TRUE(memcmp(host.data() + block * p, want.data(), block) == 0, "gather block %d", p);
     }
-    for (int p = 0; p < n; ++p) expectedPayload(w, 7000 + root, root, p, host.data() + block * p, block);
+    for (int p = 0; p < n; ++p)
+      expectedPayload(w, 7000 + root, root, p, host.data() + block * p, block);
     all.upload(host.data(), host.size());
   }
   Message in(w, 7000 + root, root, w.rank, block, BufferKind::Plain);
@@ -120,7 +122,8 @@ void caseAbortInFlight(World& w) {
   const size_t bytes = 64 << 20;
   Message out(w, 9000, w.rank, w.rank ^ 1, bytes, BufferKind::Plain);
   out.fillAsSender();
-  if (w.rank % 2 == 0) EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, w.rank ^ 1, w.comm, w.stream));
+  if (w.rank % 2 == 0)
+    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, w.rank ^ 1, w.comm, w.stream));
   EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto start = Clock::now();
@@ -132,7 +135,8 @@ void caseAbortInFlight(World& w) {
   EXPECT_TRUE(s < 5.0, "abort took %.2f s", s);
 }
 
-int runCase(int argc, char** argv, const std::map<std::string, std::function<void(World&)>>& cases) {
+int runCase(int argc, char** argv,
+            const std::map<std::string, std::function<void(World&)>>& cases) {
   if (argc != 2 || cases.count(argv[1]) == 0) {
     fprintf(stderr, "usage: ferry-run -n N %s <case>\n", argv[0]);
     return 2;

@@ -19,7 +19,7 @@ struct World {
   cudaStream_t stream = nullptr;
   int rank = -1;
   int nranks = 0;
-  uint64_t seed = 0;  // rank 0's seed, agreed by all ranks
+  uint64_t seed = 0;    // rank 0's seed, agreed by all ranks
   World split() const;  // same ranks, a new communicator (same stream)
   void destroy();
 };
