@@ -216,11 +216,10 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
     }
   }
   // Fences: drop the passed ones, then add one per stream after its waits.
-  fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
-                               [](const std::shared_ptr<rt::Event>& e) {
-                                 return e->query() == ncclSuccess;
-                               }),
-                fences_.end());
+  fences_.erase(
+      std::remove_if(fences_.begin(), fences_.end(),
+                     [](const std::shared_ptr<rt::Event>& e) { return e->query() == ncclSuccess; }),
+      fences_.end());
   for (auto& stream : streams) {
     std::shared_ptr<rt::Event> fence;
     FERRY_CHECK(newEvent(&fence));
@@ -262,9 +261,10 @@ Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
   if (!waitFences(abort ? 10000 : std::min<int64_t>(timeoutMs, 60000))) {
     // A user stream has not yet executed its wait on our words (it is blocked
     // on other work): unmapping them now could fault it later. Keep them.
-    FERRY_WARN("rank %d: a user stream still has to pass its wait on this communicator; "
-               "keeping its %zu control blocks mapped for the life of the process",
-               myRank_, state_.send.size() + state_.recv.size());
+    FERRY_WARN(
+        "rank %d: a user stream still has to pass its wait on this communicator; "
+        "keeping its %zu control blocks mapped for the life of the process",
+        myRank_, state_.send.size() + state_.recv.size());
     static std::mutex graveMu;
     static auto* grave = new std::vector<P2pState>();  // deliberately never freed
     std::lock_guard<std::mutex> lock(graveMu);
