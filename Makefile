@@ -16,7 +16,7 @@ test: all
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 demo: all
-	$(BUILD_DIR)/tools/ferry-run -n 4 $(BUILD_DIR)/examples/ferry-demo
+	$(BUILD_DIR)/tools/ferry-run/ferry-run -n 4 $(BUILD_DIR)/examples/ferry-demo
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
