@@ -141,7 +141,17 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   if (tasks.empty()) return ncclSuccess;
   Status err = asyncError_->load(std::memory_order_acquire);
   if (err != ncclSuccess) FERRY_FAIL(err, "communicator is in error state: %s", statusString(err));
+  // Enqueue on the communicator's device, then give the caller its own back
+  // (a single thread may drive several devices' communicators in one group).
+  int callerDevice = -1;
+  FERRY_CHECK(runtime_->currentDevice(&callerDevice));
   FERRY_CHECK(runtime_->setDevice(device_));
+  Status s = launchOnDevice(tasks);
+  Status restored = runtime_->setDevice(callerDevice);
+  return s != ncclSuccess ? s : restored;
+}
+
+Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
   std::vector<void*> handles;
   std::vector<std::unique_ptr<rt::Stream>> streams;
   std::vector<std::shared_ptr<rt::Event>> ready;

@@ -66,6 +66,7 @@ class P2pEngine {
   [[nodiscard]] Status userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word,
                                 uint64_t value);
   [[nodiscard]] Status newEvent(std::shared_ptr<rt::Event>* out);
+  [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks);
   [[nodiscard]] Status makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op);
 
   rt::Runtime* runtime_ = nullptr;

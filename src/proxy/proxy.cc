@@ -28,6 +28,10 @@ Status Proxy::acquire(rt::Runtime* runtime, int64_t spinUs, std::shared_ptr<Prox
   if (*out) return ncclSuccess;
   std::shared_ptr<Proxy> p(new Proxy());
   p->spinUs_ = spinUs < 0 ? 0 : spinUs;
+  // On GPUs a sleeping proxy is latency on the critical path of every message
+  // that was posted early (a receive waiting for its send): sleep briefly.
+  // The host runtime runs many ranks on few cores (CI): sleep longer.
+  p->maxSleepUs_ = runtime->kind() == rt::RuntimeKind::Cuda ? 20 : 1000;
   rt::Runtime* host = runtime->kind() == rt::RuntimeKind::Host ? runtime : nullptr;
   FERRY_CHECK(RpcServer::create(host, &p->rpc_));
   p->wakeFd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -258,8 +262,8 @@ void Proxy::loop() {
     int64_t now = nowNs();
     if (idleSinceNs == 0) idleSinceNs = now;
     if (now - idleSinceNs < spinUs_ * 1000) continue;  // spin: lowest latency
-    // Waiting on peers for a while: back off, 10 us doubling to 1 ms.
-    sleepUs = sleepUs == 0 ? 10 : std::min<int64_t>(sleepUs * 2, 1000);
+    // Waiting on peers for a while: back off, doubling from 5 us to the cap.
+    sleepUs = sleepUs == 0 ? 5 : std::min<int64_t>(sleepUs * 2, maxSleepUs_);
     std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
   }
 }

@@ -7,8 +7,9 @@
 // operations run in order (NCCL's per-peer ordering); different connections
 // never wait on each other. When nothing is posted the thread sleeps in
 // poll() on an eventfd (post() writes it) and the RPC sockets; while
-// operations wait on peers it spins briefly and then backs off to short
-// sleeps (FERRY_PROXY_SPIN_US), so idle ranks do not burn a core.
+// operations wait on peers it spins for FERRY_PROXY_SPIN_US and then backs
+// off to short sleeps (at most 20 us on CUDA, 1 ms on the host runtime), so
+// waiting ranks do not burn a core.
 //
 // Threading: post/detach/rpc are called from user threads; everything else
 // runs on the proxy thread. Lifetime: acquire() starts the thread on first
@@ -62,6 +63,7 @@ class Proxy {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   int64_t spinUs_ = 200;
+  int64_t maxSleepUs_ = 1000;
 
   std::mutex mu_;  // guards inbox_, dropRequests_, counts_
   std::vector<P2pOp*> inbox_;
