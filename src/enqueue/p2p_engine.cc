@@ -44,8 +44,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   FERRY_CHECK(ctx.runtime->preloadKernels());
   FERRY_CHECK(setupP2p(ctx, &e->state_));
   FERRY_INFO(kLogP2p | kLogInit, "SM-free p2p ready: user streams wait with %s%s",
-             e->spinWait_ ? "a one-thread spin kernel (lazy module loading)"
-                          : "stream memory operations (zero SMs)",
+             e->spinWait_ ? "a one-thread spin kernel" : "stream memory operations (zero SMs)",
              e->zeroCopy_ ? ", zero-copy when the receive buffer can be mapped" : "");
   if (e->stageSends_) {
     FERRY_INFO(kLogP2p | kLogInit,
@@ -256,31 +255,40 @@ Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
   shutDown_ = true;
   Status s = proxy_->detach(this, abort, timeoutMs);
   if (s != ncclSuccess || abort) {
-    // Nothing may stay blocked on this communicator's words.
+    // Nothing of this rank may stay blocked on this communicator's words.
     for (auto& c : state_.send)
       if (c) releaseConnectionWaits(*c);
     for (auto& c : state_.recv)
       if (c) releaseConnectionWaits(*c);
   }
+  FERRY_INFO(kLogP2p, "rank %d p2p totals:%s", myRank_, describeCounters().c_str());
+  int callerDevice = -1;
+  (void)runtime_->currentDevice(&callerDevice);
   (void)runtime_->setDevice(device_);
   for (auto& c : state_.send)
     if (c) (void)c->stream->synchronize();
   for (auto& c : state_.recv)
     if (c) (void)c->stream->synchronize();
-  staging_->clear();  // the copy streams are idle: no copy reads a block any more
-  if (!waitFences(abort ? 10000 : std::min<int64_t>(timeoutMs, 60000))) {
-    // A user stream has not yet executed its wait on our words (it is blocked
-    // on other work): unmapping them now could fault it later. Keep them.
+  // User streams may still have to run their staging copies and their waits
+  // on our words: free neither before they have passed.
+  if (waitFences(abort ? 10000 : std::min<int64_t>(timeoutMs, 60000))) {
+    staging_->clear();
+  } else {
     FERRY_WARN(
-        "rank %d: a user stream still has to pass its wait on this communicator; "
-        "keeping its %zu control blocks mapped for the life of the process",
-        myRank_, state_.send.size() + state_.recv.size());
+        "rank %d: a user stream has not yet passed its wait on this communicator (it is "
+        "blocked on other work); keeping its control blocks and staging memory for the life "
+        "of the process",
+        myRank_);
+    struct Remains {
+      P2pState state;
+      std::unique_ptr<StagingPool> staging;
+    };
     static std::mutex graveMu;
-    static auto* grave = new std::vector<P2pState>();  // deliberately never freed
+    static auto* grave = new std::vector<Remains>();  // deliberately never freed
     std::lock_guard<std::mutex> lock(graveMu);
-    grave->push_back(std::move(state_));
+    grave->push_back(Remains{std::move(state_), std::move(staging_)});
   }
-  FERRY_INFO(kLogP2p, "rank %d p2p totals:%s", myRank_, describeCounters().c_str());
+  (void)runtime_->setDevice(callerDevice);
   return s;
 }
 
