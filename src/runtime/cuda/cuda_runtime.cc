@@ -10,6 +10,9 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <map>
+#include <array>
 #include <thread>
 
 #include "core/fd.h"
@@ -88,19 +91,66 @@ class CudaHostMemory final : public HostMemory {
   size_t size_;
 };
 
+// One opened legacy IPC handle. CUDA lets a process open a given handle only
+// once ("already mapped" otherwise), so every importer of the same handle in
+// this process shares one OpenHandle, closed when the last mapping goes.
+struct OpenHandle {
+  void* base = nullptr;
+  ~OpenHandle() {
+    if (base != nullptr) (void)cudaIpcCloseMemHandle(base);
+  }
+};
+
+struct OpenHandleTable {
+  std::mutex mu;
+  std::map<std::array<uint8_t, 64>, std::weak_ptr<OpenHandle>> open;
+};
+OpenHandleTable& openHandles() {
+  static auto* t = new OpenHandleTable();  // leaked: mappings may outlive static destruction
+  return *t;
+}
+
 class CudaIpcMapping final : public IpcMapping {
  public:
-  CudaIpcMapping(void* base, size_t offset, size_t size)
-      : base_(base), offset_(offset), size_(size) {}
-  ~CudaIpcMapping() override { (void)cudaIpcCloseMemHandle(base_); }
-  void* ptr() const override { return static_cast<char*>(base_) + offset_; }
+  CudaIpcMapping(std::shared_ptr<OpenHandle> handle, size_t offset, size_t size)
+      : handle_(std::move(handle)), offset_(offset), size_(size) {}
+  void* ptr() const override { return static_cast<char*>(handle_->base) + offset_; }
   size_t size() const override { return size_; }
 
  private:
-  void* base_;
+  std::shared_ptr<OpenHandle> handle_;
   size_t offset_;
   size_t size_;
 };
+
+// Opens `handle` or shares this process's existing opening of it.
+Status openShared(const uint8_t (&bytes)[64], std::shared_ptr<OpenHandle>* out) {
+  std::array<uint8_t, 64> key;
+  std::copy(bytes, bytes + 64, key.begin());
+  OpenHandleTable& t = openHandles();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.open.find(key);
+  if (it != t.open.end()) {
+    if ((*out = it->second.lock())) return ncclSuccess;
+  }
+  cudaIpcMemHandle_t handle;
+  memcpy(&handle, bytes, sizeof(handle));
+  auto opened = std::make_shared<OpenHandle>();
+  cudaError_t e = cudaIpcOpenMemHandle(&opened->base, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    opened->base = nullptr;
+    (void)cudaGetLastError();
+    // The usual misuses: a handle this very process exported (CUDA refuses
+    // it; same-process peers must use the pointer), or a freed allocation.
+    FERRY_FAIL(ncclUnhandledCudaError,
+               "CUDA call cudaIpcOpenMemHandle failed: %s (%d); the exporter must be another "
+               "process, and the allocation must still be alive",
+               cudaGetErrorString(e), static_cast<int>(e));
+  }
+  t.open[key] = opened;
+  *out = std::move(opened);
+  return ncclSuccess;
+}
 
 class CudaEvent final : public Event {
  public:
@@ -384,20 +434,10 @@ Status CudaRuntime::importIpc(IpcDescriptor& desc, std::unique_ptr<IpcMapping>* 
   }
   const DriverApi* api = nullptr;
   FERRY_CHECK(driverApi(&api));
-  cudaIpcMemHandle_t handle;
-  memcpy(&handle, desc.bytes, sizeof(handle));
-  void* base = nullptr;
-  cudaError_t e = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    // The usual misuses: a handle this very process exported (CUDA refuses
-    // it; same-process peers must use the pointer), or a freed allocation.
-    FERRY_FAIL(ncclUnhandledCudaError,
-               "CUDA call cudaIpcOpenMemHandle failed: %s (%d); the exporter must be another "
-               "process, and the allocation must still be alive",
-               cudaGetErrorString(e), static_cast<int>(e));
-  }
-  auto mapping = std::make_unique<CudaIpcMapping>(base, desc.offset, desc.size);
+  std::shared_ptr<OpenHandle> opened;
+  FERRY_CHECK(openShared(desc.bytes, &opened));
+  void* base = opened->base;
+  auto mapping = std::make_unique<CudaIpcMapping>(std::move(opened), desc.offset, desc.size);
   // Bad input must fail cleanly: the range must lie inside the allocation.
   CUdeviceptr rangeBase = 0;
   size_t rangeSize = 0;
