@@ -2,7 +2,8 @@
 # One device-machine session for SM-free p2p: build with CUDA, the GPU suite,
 # compute-sanitizer on a short run, and ferry-bench side by side with NVIDIA's
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
-# Usage: scripts/device_p2p.sh SRC_DIR [stages...]   (stages: build gpu sanitize bench overlap)
+# Usage: scripts/device_p2p.sh SRC_DIR [stages...]
+#   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 set -uo pipefail
 src=$1
 shift
@@ -58,6 +59,11 @@ for s in $stages; do
     stage lazy3
     CUDA_MODULE_LOADING=LAZY timeout 25 $run --timeout 20 $b/tests/gpu_p2p_lazy 2>&1 | grep -E "PASS|FAIL|timeout" | tail -4
     CUDA_MODULE_LOADING=LAZY timeout 40 $run --timeout 35 $b/tests/mp_p2p alltoall 2>&1 | grep -E "PASS|FAIL|timeout" | tail -4
+    ;;
+  torch)
+    stage torch
+    LD_PRELOAD=$b/libnccl.so.2 timeout 120 python3 -m torch.distributed.run --nproc-per-node 2 \
+      "$src/scripts/torch_p2p_smoke.py" 2>&1 | grep -E "PASS|FAIL|Error|error" | head -10
     ;;
   gpulazy)
     stage gpulazy
