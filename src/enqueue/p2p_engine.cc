@@ -39,6 +39,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->stageSends_ = stage == "1" || (stage != "0" && ctx.runtime->kind() == rt::RuntimeKind::Cuda &&
                                     ctx.runtime->lazyModuleLoading());
   e->staging_ = std::make_unique<StagingPool>(ctx.runtime);
+  e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (the hazard above).
   FERRY_CHECK(ctx.runtime->preloadKernels());
@@ -191,6 +192,7 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
     op->ready = ready[streamOf[i]];
     op->asyncError = asyncError_;
     op->streamWaitsPeer = streamWaitsPeer_;
+    op->timeoutNs = opTimeoutNs_;
     if (t.isSend) {
       op->kind = P2pOp::Kind::Send;
       op->send = state_.send[t.peer].get();

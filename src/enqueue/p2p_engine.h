@@ -79,6 +79,7 @@ class P2pEngine {
   bool streamWaitsPeer_ = false;
   bool zeroCopy_ = true;
   bool stageSends_ = false;  // see staging.h
+  int64_t opTimeoutNs_ = 0;  // FERRY_P2P_TIMEOUT
   std::unique_ptr<StagingPool> staging_;
   bool shutDown_ = false;
   // Ready events, reused once the proxy has issued the wait on them.

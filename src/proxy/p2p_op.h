@@ -45,7 +45,8 @@ struct P2pOp {
   uint64_t offset = 0;
   char* peerDst = nullptr;  // zero-copy destination, once mapped
   bool fetching = false;    // an RPC for the peer allocation's fd is in flight
-  int64_t startNs = 0;
+  int64_t startNs = 0;      // when the op reached the head of its connection
+  int64_t timeoutNs = 0;    // FERRY_P2P_TIMEOUT; 0: wait for the peer forever
   // Where failures are reported (the communicator's async error).
   std::atomic<Status>* asyncError = nullptr;
 };

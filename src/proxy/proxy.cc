@@ -187,6 +187,23 @@ void Proxy::failConnection(ConnectionBase& conn, Status s, std::vector<P2pOp*>& 
   conn.queue.clear();
 }
 
+// An operation waiting on its peer longer than FERRY_P2P_TIMEOUT fails
+// (measured from when it reached the head of its connection's queue).
+bool Proxy::timedOut(P2pOp& op) {
+  if (op.timeoutNs <= 0) return false;
+  int64_t now = nowNs();
+  if (op.startNs == 0) op.startNs = now;
+  if (now - op.startNs <= op.timeoutNs) return false;
+  FERRY_WARN(
+      "%s peer %d timed out after %lld s (message %llu, %llu bytes): the peer never "
+      "posted the matching %s (FERRY_P2P_TIMEOUT)",
+      op.kind == P2pOp::Kind::Send ? "send to" : "receive from",
+      op.kind == P2pOp::Kind::Send ? op.send->peer : op.recv->peer,
+      static_cast<long long>(op.timeoutNs / 1000000000), static_cast<unsigned long long>(op.seq),
+      static_cast<unsigned long long>(op.bytes), op.kind == P2pOp::Kind::Send ? "receive" : "send");
+  return true;
+}
+
 bool Proxy::progressAll() {
   bool any = false;
   std::vector<P2pOp*> done;
@@ -196,7 +213,8 @@ bool Proxy::progressAll() {
       bool progressed = false;
       Status s = conn->failed != ncclSuccess ? conn->failed : progressOp(*op, &progressed);
       any = any || progressed;
-      if (s == ncclInProgress) break;
+      if (s == ncclInProgress && !timedOut(*op)) break;
+      if (s == ncclInProgress) s = ncclSystemError;
       if (s != ncclSuccess) {
         failConnection(*conn, s, done);
         any = true;

@@ -54,6 +54,7 @@ class Proxy {
   void failConnection(ConnectionBase& conn, Status s, std::vector<P2pOp*>& done);
   void retire(std::vector<P2pOp*>& done);
   void checkPeers();
+  bool timedOut(P2pOp& op);
   void sleepUntilWork(int timeoutMs);
   void wake();
   size_t pendingOps(const void* owner);

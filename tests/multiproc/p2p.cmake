@@ -35,3 +35,4 @@ ferry_p2p_test(p2p.alltoall.staged.n3 3 alltoall ENVIRONMENT FERRY_P2P_STAGE_SEN
 ferry_p2p_test(p2p.unbatched.staged.n2 2 unbatched ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 ferry_p2p_test(p2p.mixes.staged.n2 2 mixes ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 ferry_p2p_test(p2p.stress.staged.n3 3 stress ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
+ferry_p2p_test(p2p.timeout.n2 2 timeout ENVIRONMENT FERRY_P2P_TIMEOUT=2)

@@ -234,9 +234,9 @@ void caseMixes(World& w) {
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(World&)>> cases = {
-      {"alltoall", caseAlltoall},   {"stress", caseStress}, {"dtypes", caseDtypes},
-      {"unbatched", caseUnbatched}, {"mixes", caseMixes},   {"large", caseLarge},
-      {"abort", caseAbortInFlight},
+      {"alltoall", caseAlltoall},   {"stress", caseStress},   {"dtypes", caseDtypes},
+      {"unbatched", caseUnbatched}, {"mixes", caseMixes},     {"large", caseLarge},
+      {"abort", caseAbortInFlight}, {"timeout", caseTimeout},
   };
   return runCase(argc, argv, cases);
 }

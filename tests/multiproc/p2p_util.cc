@@ -135,6 +135,31 @@ void caseAbortInFlight(World& w) {
   EXPECT_TRUE(s < 5.0, "abort took %.2f s", s);
 }
 
+// A send whose receive is never posted fails after FERRY_P2P_TIMEOUT (the
+// test sets 2 s): the sender's stream is released and its communicator
+// reports the error; nothing hangs.
+void caseTimeout(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const size_t bytes = 1 << 20;
+  Message out(w, 9100, w.rank, w.rank ^ 1, bytes, BufferKind::Plain);
+  out.fillAsSender();
+  auto start = Clock::now();
+  if (w.rank % 2 == 0) {
+    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, w.rank ^ 1, w.comm, w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    double s = secondsSince(start);
+    ncclResult_t state = ncclSuccess;
+    EXPECT_OK(ncclCommGetAsyncError(w.comm, &state));
+    printf("unmatched send released after %.2f s, async error: %s\n", s, ncclGetErrorString(state));
+    EXPECT_TRUE(state == ncclSystemError, "async error %d", state);
+    EXPECT_TRUE(s >= 1.5 && s < 20, "released after %.2f s (timeout 2 s)", s);
+  } else {
+    // Stay alive past the timeout: a vanished peer would fail the send
+    // earlier, with ncclRemoteError, and this case tests the timeout.
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+  }
+}
+
 int runCase(int argc, char** argv,
             const std::map<std::string, std::function<void(World&)>>& cases) {
   if (argc != 2 || cases.count(argv[1]) == 0) {

@@ -44,6 +44,7 @@ struct Message {
 void gatherScatter(World& w, int root);
 void caseLarge(World& w);
 void caseAbortInFlight(World& w);
+void caseTimeout(World& w);
 
 // main(): launcher environment, device, world, seed, stream; runs argv[1].
 int runCase(int argc, char** argv, const std::map<std::string, std::function<void(World&)>>& cases);
