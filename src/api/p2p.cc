@@ -3,35 +3,13 @@
 // of one (as in NCCL); everything is issued at the outermost ncclGroupEnd.
 #include <limits>
 
+#include "algo/reduce_ops.h"
 #include "api/api.h"
 #include "comm/group.h"
 
 using namespace ferry;
 
 namespace {
-
-size_t typeSize(ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    case ncclInt64:
-    case ncclUint64:
-    case ncclFloat64:
-      return 8;
-    default:
-      return 0;
-  }
-}
 
 // Validates what every p2p-based call shares and returns the byte count.
 Status checkCommon(ncclComm_t handle, size_t count, ncclDataType_t type, const char* fn,
@@ -44,7 +22,7 @@ Status checkCommon(ncclComm_t handle, size_t count, ncclDataType_t type, const c
                "Ferry version does not have yet; unset it to use the SM-free path",
                fn);
   }
-  size_t size = typeSize(type);
+  size_t size = algo::typeBytes(static_cast<int>(type));
   if (size == 0)
     FERRY_FAIL(ncclInvalidArgument, "%s: invalid datatype %d", fn, static_cast<int>(type));
   if (count > std::numeric_limits<uint64_t>::max() / 64 / size) {

@@ -6,11 +6,8 @@
 namespace ferry {
 namespace {
 
-// True when the user's struct (of c->size bytes) contains field f.
-#define FERRY_CFG_HAS(c, f) ((c)->size >= offsetof(ncclConfig_t, f) + sizeof((c)->f))
-
-Status takeInt(bool present, int value, const char* name, int lo, int hi, int* out) {
-  if (!present || value == NCCL_CONFIG_UNDEF_INT) return ncclSuccess;
+Status takeInt(int value, const char* name, int lo, int hi, int* out) {
+  if (value == NCCL_CONFIG_UNDEF_INT) return ncclSuccess;
   if (value < lo || value > hi) {
     FERRY_FAIL(ncclInvalidArgument, "config.%s = %d is out of range [%d, %d]", name, value, lo, hi);
   }
@@ -18,9 +15,9 @@ Status takeInt(bool present, int value, const char* name, int lo, int hi, int* o
   return ncclSuccess;
 }
 
-Status takeBool(bool present, int value, const char* name, bool* out) {
+Status takeBool(int value, const char* name, bool* out) {
   int v = *out ? 1 : 0;
-  FERRY_CHECK(takeInt(present, value, name, 0, 1, &v));
+  FERRY_CHECK(takeInt(value, name, 0, 1, &v));
   *out = v != 0;
   return ncclSuccess;
 }
@@ -64,33 +61,25 @@ Status resolveConfig(const ncclConfig_t* user, const CommConfig& base, CommConfi
   ncclConfig_t local = NCCL_CONFIG_INITIALIZER;
   memcpy(&local, user, user->size < sizeof(local) ? user->size : sizeof(local));
   user = &local;
-  FERRY_CHECK(takeBool(FERRY_CFG_HAS(user, blocking), user->blocking, "blocking", &c.blocking));
-  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, cgaClusterSize), user->cgaClusterSize, "cgaClusterSize",
-                      0, 8, &c.cgaClusterSize));
-  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, minCTAs), user->minCTAs, "minCTAs", 1, 64, &c.minCTAs));
-  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, maxCTAs), user->maxCTAs, "maxCTAs", 1, 64, &c.maxCTAs));
+  FERRY_CHECK(takeBool(user->blocking, "blocking", &c.blocking));
+  FERRY_CHECK(takeInt(user->cgaClusterSize, "cgaClusterSize", 0, 8, &c.cgaClusterSize));
+  FERRY_CHECK(takeInt(user->minCTAs, "minCTAs", 1, 64, &c.minCTAs));
+  FERRY_CHECK(takeInt(user->maxCTAs, "maxCTAs", 1, 64, &c.maxCTAs));
   if (c.minCTAs > c.maxCTAs) {
     FERRY_FAIL(ncclInvalidArgument, "config.minCTAs (%d) > config.maxCTAs (%d)", c.minCTAs,
                c.maxCTAs);
   }
-  if (FERRY_CFG_HAS(user, netName) && user->netName != nullptr) c.netName = user->netName;
+  if (user->netName != nullptr) c.netName = user->netName;
+  FERRY_CHECK(takeBool(user->splitShare, "splitShare", &c.splitShare));
+  FERRY_CHECK(takeInt(user->trafficClass, "trafficClass", 0, 255, &c.trafficClass));
+  if (user->commName != nullptr) c.commName = user->commName;
+  FERRY_CHECK(takeInt(user->collnetEnable, "collnetEnable", 0, 1, &c.collnetEnable));
+  FERRY_CHECK(takeInt(user->CTAPolicy, "CTAPolicy", 0, 2, &c.ctaPolicy));
+  FERRY_CHECK(takeBool(user->shrinkShare, "shrinkShare", &c.shrinkShare));
+  FERRY_CHECK(takeInt(user->nvlsCTAs, "nvlsCTAs", 0, 64, &c.nvlsCTAs));
   FERRY_CHECK(
-      takeBool(FERRY_CFG_HAS(user, splitShare), user->splitShare, "splitShare", &c.splitShare));
-  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, trafficClass), user->trafficClass, "trafficClass", 0, 255,
-                      &c.trafficClass));
-  if (FERRY_CFG_HAS(user, commName) && user->commName != nullptr) c.commName = user->commName;
-  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, collnetEnable), user->collnetEnable, "collnetEnable", 0,
-                      1, &c.collnetEnable));
-  FERRY_CHECK(
-      takeInt(FERRY_CFG_HAS(user, CTAPolicy), user->CTAPolicy, "CTAPolicy", 0, 2, &c.ctaPolicy));
-  FERRY_CHECK(
-      takeBool(FERRY_CFG_HAS(user, shrinkShare), user->shrinkShare, "shrinkShare", &c.shrinkShare));
-  FERRY_CHECK(
-      takeInt(FERRY_CFG_HAS(user, nvlsCTAs), user->nvlsCTAs, "nvlsCTAs", 0, 64, &c.nvlsCTAs));
-  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, nChannelsPerNetPeer), user->nChannelsPerNetPeer,
-                      "nChannelsPerNetPeer", 0, 64, &c.nChannelsPerNetPeer));
-  FERRY_CHECK(takeInt(FERRY_CFG_HAS(user, nvlinkCentricSched), user->nvlinkCentricSched,
-                      "nvlinkCentricSched", 0, 1, &c.nvlinkCentricSched));
+      takeInt(user->nChannelsPerNetPeer, "nChannelsPerNetPeer", 0, 64, &c.nChannelsPerNetPeer));
+  FERRY_CHECK(takeInt(user->nvlinkCentricSched, "nvlinkCentricSched", 0, 1, &c.nvlinkCentricSched));
   *out = c;
   return ncclSuccess;
 }
