@@ -4,6 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
+#           coll collbench kp2p memop collsan
 set -uo pipefail
 src=$1
 shift
@@ -59,6 +60,42 @@ for s in $stages; do
     stage lazy3
     CUDA_MODULE_LOADING=LAZY timeout 25 $run --timeout 20 $b/tests/gpu_p2p_lazy 2>&1 | grep -E "PASS|FAIL|timeout" | tail -4
     CUDA_MODULE_LOADING=LAZY timeout 40 $run --timeout 35 $b/tests/mp_p2p alltoall 2>&1 | grep -E "PASS|FAIL|timeout" | tail -4
+    ;;
+  coll)
+    stage coll
+    (cd $b && timeout 280 ctest -R "gpu.coll|gpu.p2p.*kernel" --timeout 120 2>&1 >"$out/ctest-coll.log"
+     grep -E "Test +#|tests passed" "$out/ctest-coll.log" | tail -20)
+    grep -h "FAIL" "$out/ctest-coll.log" | head -10
+    ;;
+  collbench)
+    stage collbench
+    timeout 280 $run --timeout 270 $b/bench/ferry-bench all_reduce,all_gather,reduce_scatter,broadcast,reduce \
+      -b 8 -e 4G -f 8 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+      --json "$out/collbench.json" >"$out/collbench.txt" 2>&1
+    echo "collbench exit $?"; grep -v "^\[1\]" "$out/collbench.txt" | grep -v INFO | tail -75
+    ;;
+  kp2p)
+    stage kp2p
+    NCCL_PASS_SM=0 timeout 150 $run --timeout 140 $b/bench/ferry-bench sendrecv,alltoall \
+      -b 8 -e 1G -f 8 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+      >"$out/kp2p.txt" 2>&1
+    echo "kp2p exit $?"; grep -v "^\[1\]" "$out/kp2p.txt" | grep -v INFO | tail -32
+    ;;
+  memop)
+    stage memop
+    for v in "mixes" "alltoall" "unbatched"; do
+      echo "--- memop $v"
+      CUDA_MODULE_LOADING=EAGER FERRY_USER_WAIT=memop timeout 40 $run --timeout 35 $b/tests/mp_p2p $v 2>&1 | grep -E "PASS|FAIL|timeout" | head -3
+    done
+    ;;
+  collsan)
+    stage collsan
+    timeout 200 compute-sanitizer --tool memcheck --target-processes all --print-limit 10 \
+      $run --timeout 190 $b/tests/mp_coll streams >"$out/collsan.log" 2>&1
+    echo "memcheck exit $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$out/collsan.log" | head -6
+    timeout 200 compute-sanitizer --tool racecheck --target-processes all --print-limit 10 \
+      $run --timeout 190 $b/tests/mp_coll streams >"$out/collrace.log" 2>&1
+    echo "racecheck exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASS|FAIL" "$out/collrace.log" | head -6
     ;;
   torch)
     stage torch

@@ -230,7 +230,12 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     // every operation already issued completes first (as ncclCommFinalize).
     c->waitInit();
     c->joinInit();
-    Status flushed = c->asyncError() == ncclSuccess ? c->shutdownP2p(false) : ncclSuccess;
+    Status flushed = ncclSuccess;
+    if (c->asyncError() == ncclSuccess) {
+      flushed = c->shutdownColl(false);
+      Status p = c->shutdownP2p(false);
+      if (flushed == ncclSuccess) flushed = p;
+    }
     destroyHandle(comm);
     return flushed;
   });

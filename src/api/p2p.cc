@@ -16,12 +16,6 @@ Status checkCommon(ncclComm_t handle, size_t count, ncclDataType_t type, const c
                    Communicator** comm, uint64_t* bytes) {
   FERRY_CHECK(readyComm(handle, fn, comm));
   if ((*comm)->finalized()) FERRY_FAIL(ncclInvalidUsage, "%s: communicator was finalized", fn);
-  if ((*comm)->params().getInt(ParamId::PassSm) == 0) {
-    FERRY_FAIL(ncclInvalidUsage,
-               "%s: NCCL_PASS_SM=0 asks for kernel point-to-point, which this "
-               "Ferry version does not have yet; unset it to use the SM-free path",
-               fn);
-  }
   size_t size = algo::typeBytes(static_cast<int>(type));
   if (size == 0)
     FERRY_FAIL(ncclInvalidArgument, "%s: invalid datatype %d", fn, static_cast<int>(type));

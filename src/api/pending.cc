@@ -21,28 +21,6 @@ FERRY_PENDING(ncclResult_t, ncclCommInitRankScalable,
 FERRY_PENDING(ncclResult_t, ncclCommWindowRegister,
               (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
 FERRY_PENDING(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
-FERRY_PENDING(ncclResult_t, ncclRedOpCreatePreMulSum,
-              (ncclRedOp_t * op, void* scalar, ncclDataType_t datatype,
-               ncclScalarResidence_t residence, ncclComm_t comm))
-FERRY_PENDING(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
-FERRY_PENDING(ncclResult_t, ncclReduce,
-              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclBcast,
-              (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-               cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclBroadcast,
-              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-               int root, ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclAllReduce,
-              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclReduceScatter,
-              (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
-FERRY_PENDING(ncclResult_t, ncclAllGather,
-              (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-               ncclComm_t comm, cudaStream_t stream))
 FERRY_PENDING(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))
 
 // NCCL's device API (nccl_device.h) entry points that PyTorch links. Ferry has

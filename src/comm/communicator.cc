@@ -17,7 +17,9 @@ Communicator::Communicator(Params params, CommConfig config, rt::Runtime* runtim
 Communicator::~Communicator() {
   abort();
   joinInit();
+  (void)shutdownColl(true);
   (void)shutdownP2p(true);
+  coll_.reset();  // before the proxy the p2p engine holds goes away
 }
 
 Status Communicator::runInit(const ncclUniqueId& id) {
@@ -88,13 +90,31 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   ctx.commKey = key;
   ctx.abortFlag = &abortFlag_;
   ctx.timeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
-  return P2pEngine::create(ctx, &asyncError_, std::move(proxy), &p2p_);
+  FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
+  RingSetupContext rc;
+  rc.runtime = runtime_;
+  rc.bootstrap = bootstrap_.get();
+  rc.topology = &topology_;
+  rc.params = &params_;
+  rc.proxy = proxy.get();
+  rc.device = device_;
+  rc.commKey = key;
+  rc.abortFlag = &abortFlag_;
+  rc.timeoutMs = ctx.timeoutMs;
+  return CollEngine::create(rc, &coll_);
 }
 
 Status Communicator::shutdownP2p(bool abort) {
   if (!p2p_) return ncclSuccess;
   int64_t limit = params_.getInt(ParamId::P2pTimeout);
   return p2p_->shutdown(abort, limit > 0 ? limit * 1000 : INT64_MAX / 1000000);
+}
+
+Status Communicator::shutdownColl(bool abort) {
+  if (!coll_) return ncclSuccess;
+  if (abort) coll_->abortKernels();
+  int64_t limit = params_.getInt(ParamId::CollTimeout);
+  return coll_->shutdown(limit > 0 ? limit * 1000 : INT64_MAX / 1000000);
 }
 
 void Communicator::startInitThread(std::function<void()> job) {
@@ -105,6 +125,7 @@ void Communicator::abort() {
   // Release: pairs with the acquire loads in every bootstrap wait loop.
   abortFlag_.store(true, std::memory_order_release);
   waitInit();
+  if (coll_) coll_->abortKernels();
 }
 
 void Communicator::waitInit() {
@@ -121,7 +142,9 @@ Status Communicator::finalize() {
   if (s != ncclSuccess) return s;
   finalized_ = true;
   // Every operation issued so far completes before Finalize returns.
-  return shutdownP2p(false);
+  Status c = shutdownColl(false);
+  Status p = shutdownP2p(false);
+  return c != ncclSuccess ? c : p;
 }
 
 }  // namespace ferry

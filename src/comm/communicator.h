@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "coll/coll_engine.h"
 #include "comm/config.h"
 #include "enqueue/p2p_engine.h"
 #include "core/params.h"
@@ -79,8 +80,12 @@ class Communicator {
   boot::Bootstrap* bootstrap() const { return bootstrap_.get(); }
   // The SM-free point-to-point engine (null until init succeeded).
   P2pEngine* p2p() const { return p2p_.get(); }
+  // The collective engine (null until init succeeded).
+  CollEngine* coll() const { return coll_.get(); }
   // Flushes (or, with abort, drops) outstanding point-to-point work.
   [[nodiscard]] Status shutdownP2p(bool abort);
+  // Waits for (or, with abort, stops) running collective kernels.
+  [[nodiscard]] Status shutdownColl(bool abort);
   const std::atomic<bool>* abortFlag() const { return &abortFlag_; }
   uint64_t nextSplitTag() { return splitCount_++; }
 
@@ -98,6 +103,7 @@ class Communicator {
   std::unique_ptr<boot::Bootstrap> bootstrap_;
   Topology topology_;
   std::unique_ptr<P2pEngine> p2p_;
+  std::unique_ptr<CollEngine> coll_;
   bool finalized_ = false;
   uint64_t splitCount_ = 0;
 

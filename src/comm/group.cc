@@ -15,7 +15,20 @@ struct GroupState {
   std::vector<GroupJob> jobs;
   // Point-to-point tasks per communicator, in call order.
   std::vector<std::pair<Communicator*, std::vector<P2pTask>>> p2p;
+  std::vector<std::pair<Communicator*, std::vector<CollTask>>> coll;
 };
+
+template <class Task>
+void addTask(std::vector<std::pair<Communicator*, std::vector<Task>>>& list, Communicator* comm,
+             const Task& task) {
+  auto it =
+      std::find_if(list.begin(), list.end(), [comm](const auto& e) { return e.first == comm; });
+  if (it == list.end()) {
+    list.emplace_back(comm, std::vector<Task>{});
+    it = list.end() - 1;
+  }
+  it->second.push_back(task);
+}
 
 thread_local GroupState tlsGroup;
 
@@ -43,6 +56,26 @@ Status runConcurrently(std::vector<GroupJob>& jobs) {
   return ncclSuccess;
 }
 
+// SM-free unless the user asked for kernel p2p (NCCL_PASS_SM=0) or a stream
+// is being captured into a CUDA graph: the proxy cannot take part in graph
+// replays, so captured sends and receives fall back to the kernel path.
+Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
+  bool kernel = comm->params().getInt(ParamId::PassSm) == 0;
+  for (size_t i = 0; !kernel && i < tasks.size(); ++i) {
+    bool capturing = false;
+    FERRY_CHECK(comm->runtime()->isCapturing(tasks[i].stream, &capturing));
+    if (capturing) {
+      FERRY_INFO(kLogP2p, "send/recv inside CUDA graph capture: using kernel p2p (the SM-free "
+                 "path cannot be captured)");
+      kernel = true;
+    }
+  }
+  if (!kernel) return comm->p2p()->launch(tasks);
+  FERRY_CHECK(comm->coll()->launchP2p(tasks));
+  comm->p2p()->countKernelTasks(tasks);
+  return ncclSuccess;
+}
+
 }  // namespace
 
 int groupDepth() {
@@ -64,6 +97,8 @@ Status groupEnd() {
   g.jobs.clear();
   auto p2p = std::move(g.p2p);
   g.p2p.clear();
+  auto coll = std::move(g.coll);
+  g.coll.clear();
   std::vector<GroupJob> blocking;
   bool anyBackground = false;
   for (GroupJob& job : jobs) {
@@ -79,9 +114,14 @@ Status groupEnd() {
   // Every communicator's tasks are issued even if an earlier one failed, so
   // peers waiting on them are not left hanging; the first error is returned.
   Status first = ncclSuccess;
+  for (auto& [comm, tasks] : coll) {
+    LogRankScope scope(comm->rank());
+    Status t = comm->coll()->launch(tasks);
+    if (first == ncclSuccess) first = t;
+  }
   for (auto& [comm, tasks] : p2p) {
     LogRankScope scope(comm->rank());
-    Status t = comm->p2p()->launch(tasks);
+    Status t = launchP2p(comm, tasks);
     if (first == ncclSuccess) first = t;
   }
   if (first != ncclSuccess) return first;
@@ -89,14 +129,11 @@ Status groupEnd() {
 }
 
 void groupAddP2p(Communicator* comm, const P2pTask& task) {
-  auto& list = tlsGroup.p2p;
-  auto it =
-      std::find_if(list.begin(), list.end(), [comm](const auto& e) { return e.first == comm; });
-  if (it == list.end()) {
-    list.emplace_back(comm, std::vector<P2pTask>{});
-    it = list.end() - 1;
-  }
-  it->second.push_back(task);
+  addTask(tlsGroup.p2p, comm, task);
+}
+
+void groupAddColl(Communicator* comm, const CollTask& task) {
+  addTask(tlsGroup.coll, comm, task);
 }
 
 Status groupSubmit(GroupJob job) {

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "core/status.h"
+#include "coll/coll_engine.h"
 #include "enqueue/p2p_engine.h"
 
 namespace ferry {
@@ -33,6 +34,10 @@ int groupDepth();
 // Collects a point-to-point task for the group's end (the caller opened a
 // group around it when the user did not).
 void groupAddP2p(Communicator* comm, const P2pTask& task);
+// Collects a collective task likewise. At the group's end every
+// communicator's collectives are launched (in call order) before its
+// point-to-point tasks are issued.
+void groupAddColl(Communicator* comm, const CollTask& task);
 
 // Runs `job` now (outside a group: on this thread when blocking, on the
 // communicator's init thread when not) or defers it to the group's end.

@@ -28,8 +28,8 @@
     "ferry-run: seconds before all ranks are killed (exit 124) when --timeout is not given; "     \
     "0: none.") \
   X(PassSm, "NCCL_PASS_SM", Int, "1",                                                           \
-    "1: point-to-point runs SM-free (copy engines driven by the proxy thread). 0 asks for kernel " \
-    "p2p, which this version does not have yet (calls then fail with ncclInvalidUsage).")         \
+    "1: point-to-point runs SM-free (copy engines driven by the proxy thread). 0: kernel p2p "  \
+    "(send/recv copied by GPU kernels over the collective connections).")                        \
   X(P2pDisable, "NCCL_P2P_DISABLE", Int, "0",                                                     \
     "1: never use peer GPU memory (P2P/IPC); same-host peers then use host shared memory (SHM).")  \
   X(ShmDisable, "NCCL_SHM_DISABLE", Int, "0", "1: never use the host shared-memory transport.")    \
@@ -50,5 +50,13 @@
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "200",                                                \
     "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
-    "Seconds a point-to-point operation may wait for its peer before failing (0: no limit).")
+    "Seconds a point-to-point operation may wait for its peer before failing (0: no limit).")   \
+  X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
+    "Ring channels per communicator for collective kernels (one thread block each); 0: 16 on "  \
+    "CUDA, 2 on the host runtime.")                                                               \
+  X(CollSlots, "FERRY_COLL_SLOTS", Int, "8", "FIFO slots per collective channel (even, 2..64).") \
+  X(CollSlotBytes, "FERRY_COLL_SLOT_BYTES", Int, "0",                                              \
+    "Bytes per collective FIFO slot (multiple of 16); 0: 256K on CUDA, 64K on the host runtime.") \
+  X(CollTimeout, "FERRY_COLL_TIMEOUT", Int, "1800",                                                \
+    "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).")
 // clang-format on

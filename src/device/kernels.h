@@ -29,4 +29,22 @@ const KernelEntry* allKernels(size_t* count);
 // uint64_t timeoutNs).
 const void* waitGeqKernel();
 
+// Threads per block of every collective kernel (one block per channel).
+// 512: 16 warps keep enough 16-byte loads in flight per SM to saturate a
+// channel's NVLink share, and __launch_bounds__(512, 1) still leaves up to
+// 128 registers per thread (no spills).
+constexpr unsigned kCollKernelThreads = 512;
+
+// The ring collective kernel collKernel<T, fn> (coll_kernels.cuh) for an
+// algo::DataType and algo::CollFn, as cudaLaunchKernel takes it: launch with
+// grid = args.nchannels, block = kCollKernelThreads and one argument, an
+// algo::CollArgs by value. kFnCopy exists only with kInt8 (byte copies for
+// all-gather and broadcast). nullptr for an unknown pair, or a datatype this
+// build left out (CMake FERRY_KERNEL_TYPES); the copy kernel is always built.
+const void* collKernel(int dataType, int fn);
+
+// The kernel point-to-point kernel (p2p_kernel.cu, algo/p2p_kernel.h):
+// grid = args.nblocks, block = kCollKernelThreads, one algo::P2pArgs by value.
+const void* p2pKernel();
+
 }  // namespace ferry::device

@@ -294,6 +294,17 @@ Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
   return s;
 }
 
+void P2pEngine::countKernelTasks(const std::vector<P2pTask>& tasks) {
+  for (const P2pTask& t : tasks) {
+    if (t.peer < 0 || t.peer >= static_cast<int>(state_.send.size())) continue;
+    ConnectionBase* c = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
+                                 : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
+    if (c == nullptr) continue;
+    c->counters.ops.fetch_add(1, std::memory_order_relaxed);
+    c->counters.bytes.fetch_add(t.bytes, std::memory_order_relaxed);
+  }
+}
+
 void P2pEngine::peerStats(int peer, uint64_t out[5]) const {
   for (int i = 0; i < 5; ++i) out[i] = 0;
   if (peer < 0 || peer >= static_cast<int>(state_.send.size())) return;

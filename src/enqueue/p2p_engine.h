@@ -54,6 +54,9 @@ class P2pEngine {
   [[nodiscard]] Status shutdown(bool abort, int64_t timeoutMs);
 
   bool reaches(int peer, bool send) const;
+  // Adds tasks that ran on the kernel p2p path to the per-peer counters (the
+  // same ops/bytes counters; kernel p2p never counts as zero-copy).
+  void countKernelTasks(const std::vector<P2pTask>& tasks);
   // Counters of the connections with `peer` (zeros where none exists).
   void peerStats(int peer, uint64_t out[5]) const;
   // "peer N: X ops, Y bytes ..." lines for INFO logs and tests.

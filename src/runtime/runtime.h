@@ -173,7 +173,14 @@ struct KernelLaunch {
   void** args = nullptr;
   int numArgs = 0;
   const size_t* argSizes = nullptr;
+  // Host runtime only: `func` is an `int (*)(void** args)` whose non-zero
+  // result fails the stream (sticky ncclSystemError), as a trapping kernel
+  // fails a CUDA stream. CUDA ignores it.
+  bool hostReturnsStatus = false;
 };
+
+// Runtime::collKernel's function code for the kernel point-to-point kernel.
+constexpr int kP2pKernelFn = -1;
 
 // Longest waitValue64Spin's kernel spins before trapping (30 minutes: well
 // past PyTorch's default 10-minute watchdog, which aborts first).
@@ -210,6 +217,13 @@ class Runtime {
                                                         std::unique_ptr<Stream>* out) = 0;
   [[nodiscard]] virtual Status createEvent(std::unique_ptr<Event>* out) = 0;
   [[nodiscard]] virtual Status launch(const KernelLaunch& k, Stream& stream) = 0;
+  // The collective kernel for (algo::DataType, algo::CollFn) and its block
+  // size (src/device/kernels.h); ncclInvalidUsage with a WARN when that
+  // kernel was not built (FERRY_KERNEL_TYPES) or the runtime has no device
+  // kernels (host runtime: the collective layer runs its own CPU executor).
+  // fn == kP2pKernelFn asks for the kernel point-to-point kernel instead.
+  [[nodiscard]] virtual Status collKernel(int dataType, int fn, const void** func,
+                                          unsigned* threads) = 0;
 
   // Wraps a user's stream handle (not owned; destroying the wrapper does not
   // destroy the user's stream). Host runtime: handles of streams made by createStream

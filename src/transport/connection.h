@@ -39,9 +39,12 @@ struct PeerCounters {
 };
 
 // What both directions share: the control block mapping and its registration.
+// Shared (not unique) so that a self connection's two sides use ONE mapping
+// and registration of their block: a page registered twice through two
+// mappings is a suspect in stream wait-values never releasing (NOTES.md).
 struct CtrlMapping {
-  std::unique_ptr<SharedRegion> region;
-  std::unique_ptr<rt::HostRegistration> registration;
+  std::shared_ptr<SharedRegion> region;
+  std::shared_ptr<rt::HostRegistration> registration;
   CtrlBlock* ctrl = nullptr;
 
   // The address stream operations use for a word of this control block.

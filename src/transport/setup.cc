@@ -52,13 +52,18 @@ TransportId chooseTransport(const P2pSetupContext& ctx, int peer) {
 
 Status makeCtrl(const P2pSetupContext& ctx, uint32_t nslots, uint64_t chunkBytes,
                 CtrlMapping* out) {
-  FERRY_CHECK(SharedRegion::create(sizeof(CtrlBlock), "ferry-ctrl", &out->region));
+  std::unique_ptr<SharedRegion> region;
+  FERRY_CHECK(SharedRegion::create(sizeof(CtrlBlock), "ferry-ctrl", &region));
+  out->region = std::move(region);
   out->ctrl = static_cast<CtrlBlock*>(out->region->data());
   out->ctrl->magic = kCtrlMagic;
   out->ctrl->version = kCtrlVersion;
   out->ctrl->nslots = nslots;
   out->ctrl->chunkBytes = chunkBytes;
-  return ctx.runtime->registerHost(out->region->data(), out->region->size(), &out->registration);
+  std::unique_ptr<rt::HostRegistration> reg;
+  FERRY_CHECK(ctx.runtime->registerHost(out->region->data(), out->region->size(), &reg));
+  out->registration = std::move(reg);
+  return ncclSuccess;
 }
 
 // The receive side of peer -> me; fills `info` for the sender.
@@ -148,7 +153,7 @@ Status mapPeerFifo(const P2pSetupContext& ctx, const ConnInfo& info, int peer, S
 
 // The send side of me -> peer from the receiver's published info.
 Status setupSend(const P2pSetupContext& ctx, int peer, const ConnInfo& info,
-                 std::unique_ptr<SendConnection>* out) {
+                 const RecvConnection* selfRecv, std::unique_ptr<SendConnection>* out) {
   auto transport = static_cast<TransportId>(info.transport);
   if (transport == TransportId::None) return ncclSuccess;
   auto c = std::make_unique<SendConnection>();
@@ -160,18 +165,25 @@ Status setupSend(const P2pSetupContext& ctx, int peer, const ConnInfo& info,
   c->nslots = info.nslots;
   c->chunkBytes = info.chunkBytes;
   FERRY_CHECK(RpcClient::connect(info.proxyName, ctx.timeoutMs, ctx.abortFlag, &c->rpc));
-  UniqueFd ctrlFd;
-  uint64_t ctrlSize = 0;
-  FERRY_CHECK(c->rpc->fetch(RpcKind::Resource, ctx.commKey, resourceKey(me, peer, kKindCtrl),
-                            ctx.timeoutMs, ctx.abortFlag, &ctrlFd, &ctrlSize));
-  FERRY_CHECK(SharedRegion::attach(std::move(ctrlFd), info.ctrlBytes, &c->ctrl.region));
-  c->ctrl.ctrl = static_cast<CtrlBlock*>(c->ctrl.region->data());
-  if (c->ctrl.ctrl->magic != kCtrlMagic || c->ctrl.ctrl->version != kCtrlVersion) {
-    FERRY_FAIL(ncclRemoteError, "peer %d's control block is not a Ferry v%u block", peer,
-               kCtrlVersion);
+  if (selfRecv != nullptr) {
+    c->ctrl = selfRecv->ctrl;  // one mapping and registration for both sides
+  } else {
+    UniqueFd ctrlFd;
+    uint64_t ctrlSize = 0;
+    FERRY_CHECK(c->rpc->fetch(RpcKind::Resource, ctx.commKey, resourceKey(me, peer, kKindCtrl),
+                              ctx.timeoutMs, ctx.abortFlag, &ctrlFd, &ctrlSize));
+    std::unique_ptr<SharedRegion> region;
+    FERRY_CHECK(SharedRegion::attach(std::move(ctrlFd), info.ctrlBytes, &region));
+    c->ctrl.region = std::move(region);
+    c->ctrl.ctrl = static_cast<CtrlBlock*>(c->ctrl.region->data());
+    if (c->ctrl.ctrl->magic != kCtrlMagic || c->ctrl.ctrl->version != kCtrlVersion) {
+      FERRY_FAIL(ncclRemoteError, "peer %d's control block is not a Ferry v%u block", peer,
+                 kCtrlVersion);
+    }
+    std::unique_ptr<rt::HostRegistration> reg;
+    FERRY_CHECK(ctx.runtime->registerHost(c->ctrl.region->data(), c->ctrl.region->size(), &reg));
+    c->ctrl.registration = std::move(reg);
   }
-  FERRY_CHECK(ctx.runtime->registerHost(c->ctrl.region->data(), c->ctrl.region->size(),
-                                        &c->ctrl.registration));
   FERRY_CHECK(mapPeerFifo(ctx, info, peer, c.get()));
   if (!c->samePeerProcess) c->peerLink = c->rpc.get();
   FERRY_CHECK(ctx.runtime->createStream(&c->stream));
@@ -212,7 +224,8 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   }
   FERRY_CHECK(ctx.bootstrap->allGather(table.data(), sizeof(ConnInfo) * n));
   for (int q = 0; q < n; ++q) {
-    FERRY_CHECK(setupSend(ctx, q, table[static_cast<size_t>(q) * n + me], &out->send[q]));
+    const RecvConnection* self = q == me ? out->recv[me].get() : nullptr;
+    FERRY_CHECK(setupSend(ctx, q, table[static_cast<size_t>(q) * n + me], self, &out->send[q]));
   }
   // Everyone has mapped what it needs: withdraw the offers.
   FERRY_CHECK(ctx.bootstrap->barrier());

@@ -36,3 +36,9 @@ ferry_p2p_test(p2p.unbatched.staged.n2 2 unbatched ENVIRONMENT FERRY_P2P_STAGE_S
 ferry_p2p_test(p2p.mixes.staged.n2 2 mixes ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 ferry_p2p_test(p2p.stress.staged.n3 3 stress ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 ferry_p2p_test(p2p.timeout.n2 2 timeout ENVIRONMENT FERRY_P2P_TIMEOUT=2)
+
+# Kernel point-to-point (NCCL_PASS_SM=0): the same cases through the kernel
+# path's executor (the host runtime runs it on CPU threads).
+foreach(case alltoall unbatched mixes stress)
+  ferry_p2p_test(p2p.${case}.kernel.n3 3 ${case} ENVIRONMENT NCCL_PASS_SM=0)
+endforeach()

@@ -17,6 +17,7 @@
 
 #include "core/fd.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "device/kernels.h"
 #include "runtime/cuda/cuda_sm_free.h"
 
 namespace ferry::rt {
@@ -305,6 +306,17 @@ class CudaRuntime final : public Runtime {
   }
   bool lazyModuleLoading() override { return cuda::lazyModuleLoading(); }
   Status preloadKernels() override { return cuda::preloadKernels(); }
+  Status collKernel(int dataType, int fn, const void** func, unsigned* threads) override {
+    *func = fn == kP2pKernelFn ? device::p2pKernel() : device::collKernel(dataType, fn);
+    *threads = device::kCollKernelThreads;
+    if (*func == nullptr) {
+      FERRY_FAIL(ncclInvalidUsage,
+                 "no collective kernel for datatype %d / function %d in this build "
+                 "(FERRY_KERNEL_TYPES restricts the kernel set)",
+                 dataType, fn);
+    }
+    return ncclSuccess;
+  }
   Status enablePeerAccess(int peerDevice) override;
   Status canAccessPeer(int device, int peerDevice, bool* out) override {
     if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "canAccessPeer: null output");

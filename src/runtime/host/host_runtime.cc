@@ -201,6 +201,9 @@ class HostRuntime final : public Runtime {
   }
 
   Status launch(const KernelLaunch& k, Stream& stream) override;
+  Status collKernel(int, int, const void**, unsigned*) override {
+    FERRY_FAIL(ncclInvalidUsage, "the host runtime has no device kernels");
+  }
 
   Status wrapUserStream(void* handle, std::unique_ptr<Stream>* out) override {
     if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "wrapUserStream: null output");
@@ -345,30 +348,35 @@ Status HostRuntime::launch(const KernelLaunch& k, Stream& stream) {
       (k.argSizes != nullptr && k.numArgs > 0 && k.args == nullptr)) {
     FERRY_FAIL(ncclInvalidArgument, "launch: bad arguments (func %p)", k.func);
   }
-  using HostKernel = void (*)(void**);
-  auto fn = reinterpret_cast<HostKernel>(const_cast<void*>(k.func));
-  if (k.argSizes == nullptr) {
-    void** args = k.args;
-    return host->submit([fn, args] {
-      fn(args);
-      return ncclSuccess;
-    });
-  }
-  // Snapshot argument values now, as cudaLaunchKernel does.
+  // Snapshot argument values now, as cudaLaunchKernel does (when described).
   struct Snapshot {
     std::vector<std::vector<unsigned char>> values;
     std::vector<void*> pointers;
   };
   auto snap = std::make_shared<Snapshot>();
-  snap->values.resize(k.numArgs);
-  snap->pointers.resize(k.numArgs);
-  for (int i = 0; i < k.numArgs; ++i) {
-    auto* src = static_cast<const unsigned char*>(k.args[i]);
-    snap->values[i].assign(src, src + k.argSizes[i]);
-    snap->pointers[i] = snap->values[i].data();
+  void** raw = k.args;
+  if (k.argSizes != nullptr) {
+    snap->values.resize(k.numArgs);
+    snap->pointers.resize(k.numArgs);
+    for (int i = 0; i < k.numArgs; ++i) {
+      auto* src = static_cast<const unsigned char*>(k.args[i]);
+      snap->values[i].assign(src, src + k.argSizes[i]);
+      snap->pointers[i] = snap->values[i].data();
+    }
+    raw = nullptr;
   }
-  return host->submit([fn, snap] {
-    fn(snap->pointers.data());
+  auto args = [snap, raw] { return raw != nullptr ? raw : snap->pointers.data(); };
+  if (k.hostReturnsStatus) {
+    auto fn = reinterpret_cast<int (*)(void**)>(const_cast<void*>(k.func));
+    return host->submit([fn, args] {
+      if (fn(args()) == 0) return ncclSuccess;
+      FERRY_WARN("host kernel %p failed; the stream is now in error", reinterpret_cast<void*>(fn));
+      return ncclSystemError;
+    });
+  }
+  auto fn = reinterpret_cast<void (*)(void**)>(const_cast<void*>(k.func));
+  return host->submit([fn, args] {
+    fn(args());
     return ncclSuccess;
   });
 }

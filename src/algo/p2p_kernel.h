@@ -1,0 +1,67 @@
+// Kernel point-to-point (NCCL_PASS_SM=0, and SM-free p2p inside CUDA graph
+// capture): one launch per group and communicator moves every send and
+// receive of the group through the per-peer connections of coll/ring_setup
+// (same FIFO protocol as the ring channels, see coll_ring.h).
+//
+// One executor block per (peer, direction): the tasks of a block run in call
+// order (NCCL's in-order matching per peer), and all blocks of the launch run
+// at once, so the orders of a group never deadlock however the two sides
+// list their sends and receives. Shared by the CUDA kernel and the host
+// runtime's executor (one thread per block).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "algo/coll_ring.h"
+
+namespace ferry::algo {
+
+constexpr int kMaxKernelP2pTasks = 64;
+
+struct P2pTaskArg {
+  void* buf;
+  uint64_t bytes;
+  int32_t peer;
+  int32_t isSend;
+};
+
+struct P2pArgs {
+  int32_t nblocks;
+  int32_t pos;  // for log lines
+  uint32_t nslots;
+  uint32_t reserved;
+  uint64_t slotBytes;
+  RingChannel* peerChannels;  // by peer rank, in the executor's memory
+  const volatile uint32_t* abortFlag;
+  uint64_t timeoutNs;
+  uint16_t blockBegin[kMaxKernelP2pTasks + 1];  // block b: tasks [begin[b], begin[b+1])
+  P2pTaskArg tasks[kMaxKernelP2pTasks];
+};
+static_assert(std::is_trivially_copyable_v<P2pArgs> && sizeof(P2pArgs) <= 4000,
+              "kernel argument (CUDA allows 4 KiB)");
+
+// Runs block b's tasks; stores back only its own direction's counter (the
+// peer's other direction belongs to another block of the same launch).
+template <class P>
+FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const P2pArgs& a, int b) {
+  using Op = CollOp<int8_t, kFnCopy>;
+  const P2pTaskArg& first = a.tasks[a.blockBegin[b]];
+  RingChannel& ch = a.peerChannels[first.peer];
+  Op op{};
+  RingPrims<P, int8_t, Op> prims(ctx, ch, op, a.nslots, sliceEltsFor(a.slotBytes, 1));
+  bool ok = true;
+  for (int i = a.blockBegin[b]; ok && i < a.blockBegin[b + 1]; ++i) {
+    const P2pTaskArg& t = a.tasks[i];
+    auto* buf = static_cast<int8_t*>(t.buf);
+    ok = t.isSend ? prims.send(buf, t.bytes) : prims.recv(buf, t.bytes);
+  }
+  if (first.isSend) {
+    ch.sendStep = prims.sendStep();
+  } else {
+    ch.recvStep = prims.recvStep();
+  }
+  return ok;
+}
+
+}  // namespace ferry::algo

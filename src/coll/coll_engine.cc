@@ -1,0 +1,337 @@
+#include "coll/coll_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "coll/host_kernel.h"
+#include "core/log.h"
+
+namespace ferry {
+namespace {
+
+constexpr int kNumBuiltinOps = 5;  // ncclSum .. ncclAvg
+constexpr int kMaxUserOps = 1 << 16;
+
+const char* collName(int coll) {
+  static const char* const names[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
+                                      "Reduce"};
+  return coll >= 0 && coll < algo::kNumCollKinds ? names[coll] : "?";
+}
+
+// Channels for one launch: enough that each gets >= 64 KiB, at most all.
+// A pure function of the task, so every rank picks the same number.
+int channelsFor(uint64_t bytes, int available) {
+  uint64_t want = algo::ceilDiv(bytes, 64 << 10);
+  if (want < 1) want = 1;
+  return want < static_cast<uint64_t>(available) ? static_cast<int>(want) : available;
+}
+
+}  // namespace
+
+CollEngine::~CollEngine() {
+  (void)shutdown(10000);
+}
+
+Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngine>* out) {
+  std::unique_ptr<CollEngine> e(new CollEngine());
+  e->runtime_ = ctx.runtime;
+  e->rank_ = ctx.topology->myRank;
+  int64_t t = ctx.params->getInt(ParamId::CollTimeout);
+  e->timeoutNs_ = t > 0 ? t * 1000000000LL : 0;
+  FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
+  memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
+  FERRY_CHECK(setupRing(ctx, &e->ring_));
+  *out = std::move(e);
+  return ncclSuccess;
+}
+
+Status CollEngine::checkOp(int op, int dataType, const char* fn) const {
+  if (op >= 0 && op < kNumBuiltinOps) return ncclSuccess;
+  size_t i = static_cast<size_t>(op) - kNumBuiltinOps;
+  if (op < 0 || i >= ops_.size() || !ops_[i].live) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: invalid reduction op %d", fn, op);
+  }
+  if (ops_[i].dataType != dataType) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: op %d was created for datatype %d, not %d", fn, op,
+               ops_[i].dataType, dataType);
+  }
+  return ncclSuccess;
+}
+
+Status CollEngine::createPreMulSum(const void* scalar, int dataType, int residence, int* op) {
+  size_t bytes = algo::typeBytes(dataType);
+  if (scalar == nullptr || op == nullptr || bytes == 0 || (residence != 0 && residence != 1)) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "ncclRedOpCreatePreMulSum: bad arguments (scalar %p, datatype %d, residence %d)",
+               scalar, dataType, residence);
+  }
+  UserOp u;
+  u.live = true;
+  u.dataType = dataType;
+  u.onDevice = residence == 0;
+  if (u.onDevice) {
+    u.ptr = scalar;
+  } else {
+    memcpy(&u.bits, scalar, bytes);
+  }
+  size_t slot = 0;
+  while (slot < ops_.size() && ops_[slot].live) ++slot;
+  if (slot == ops_.size()) {
+    if (ops_.size() >= kMaxUserOps) {
+      FERRY_FAIL(ncclInvalidUsage, "ncclRedOpCreatePreMulSum: %d ops are live; destroy some",
+                 kMaxUserOps);
+    }
+    ops_.push_back(u);
+  } else {
+    ops_[slot] = u;
+  }
+  *op = kNumBuiltinOps + static_cast<int>(slot);
+  return ncclSuccess;
+}
+
+Status CollEngine::destroyOp(int op) {
+  size_t i = static_cast<size_t>(op) - kNumBuiltinOps;
+  if (op < kNumBuiltinOps || i >= ops_.size() || !ops_[i].live) {
+    FERRY_FAIL(ncclInvalidArgument, "ncclRedOpDestroy: op %d is not a live user-created op", op);
+  }
+  // A launch already enqueued copied what it needs (bits, or the pointer).
+  ops_[i] = UserOp{};
+  return ncclSuccess;
+}
+
+Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType) const {
+  memset(a, 0, sizeof(*a));
+  const bool copy = t.coll == algo::kCollAllGather || t.coll == algo::kCollBroadcast;
+  const uint64_t elt = algo::typeBytes(t.dataType);
+  a->coll = t.coll;
+  a->nranks = ring_.nranks;
+  a->pos = ring_.pos;
+  a->rootPos = 0;
+  for (int p = 0; p < ring_.nranks; ++p) {
+    if (t.root == ring_.ringOrder[p]) a->rootPos = p;
+  }
+  a->nslots = ring_.nslots;
+  a->slotBytes = ring_.slotBytes;
+  a->count = copy ? t.count * elt : t.count;
+  const bool perRank = t.coll == algo::kCollAllGather || t.coll == algo::kCollReduceScatter;
+  a->nchannels = channelsFor(t.count * elt * (perRank ? ring_.nranks : 1), ring_.nchannels);
+  a->sendbuff = t.sendbuff;
+  a->recvbuff = t.recvbuff;
+  a->channels = ring_.channelArray();
+  a->ringRanks = ring_.ringRankArray();
+  a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
+  a->timeoutNs = static_cast<uint64_t>(timeoutNs_);
+  *kernelType = copy ? algo::kInt8 : t.dataType;
+  if (copy) {
+    a->fn = algo::kFnCopy;
+    return ncclSuccess;
+  }
+  switch (t.op) {
+    case 0:
+      a->fn = algo::kFnSum;
+      break;
+    case 1:
+      a->fn = algo::kFnProd;
+      break;
+    case 2:
+      a->fn = algo::kFnMax;
+      break;
+    case 3:
+      a->fn = algo::kFnMin;
+      break;
+    case 4:
+      a->fn = algo::kFnSum;
+      a->avg = 1;
+      break;
+    default: {
+      const UserOp& u = ops_[static_cast<size_t>(t.op) - kNumBuiltinOps];
+      a->fn = algo::kFnPreMulSum;
+      a->scalarBits = u.bits;
+      a->scalarPtr = u.ptr;
+    }
+  }
+  return ncclSuccess;
+}
+
+Status CollEngine::orderAfterPrevious(rt::Stream& stream, void* handle, bool* capturing) {
+  FERRY_CHECK(runtime_->isCapturing(handle, capturing));
+  if (*capturing) return ncclSuccess;  // the capture's own order applies
+  if (launched_ && lastStream_ != handle && lastEvent_) FERRY_CHECK(stream.waitEvent(*lastEvent_));
+  return ncclSuccess;
+}
+
+Status CollEngine::launchOne(const CollTask& t) {
+  algo::CollArgs args;
+  int kernelType = 0;
+  FERRY_CHECK(fillArgs(t, &args, &kernelType));
+  std::unique_ptr<rt::Stream> stream;
+  FERRY_CHECK(runtime_->wrapUserStream(t.stream, &stream));
+  bool capturing = false;
+  FERRY_CHECK(orderAfterPrevious(*stream, t.stream, &capturing));
+  rt::KernelLaunch k;
+  int32_t type32 = kernelType;
+  void* argv[2] = {&args, &type32};
+  const size_t sizes[2] = {sizeof(args), sizeof(type32)};
+  k.args = argv;
+  k.grid[0] = static_cast<unsigned>(args.nchannels);
+  if (runtime_->kind() == rt::RuntimeKind::Host) {
+    k.func = reinterpret_cast<const void*>(&hostCollKernel);
+    k.numArgs = 2;
+    k.argSizes = sizes;
+    k.hostReturnsStatus = true;
+  } else {
+    FERRY_CHECK(runtime_->collKernel(kernelType, args.fn, &k.func, &k.block[0]));
+    k.numArgs = 1;
+  }
+  FERRY_INFO(kLogColl, "%s: count %llu type %d op %d root %d, %d channels, stream %p",
+             collName(t.coll), static_cast<unsigned long long>(t.count), t.dataType, t.op, t.root,
+             args.nchannels, t.stream);
+  FERRY_CHECK(runtime_->launch(k, *stream));
+  return capturing ? ncclSuccess : recordLaunch(*stream, t.stream);
+}
+
+Status CollEngine::recordLaunch(rt::Stream& stream, void* handle) {
+  if (!lastEvent_) FERRY_CHECK(runtime_->createEvent(&lastEvent_));
+  FERRY_CHECK(lastEvent_->record(stream));
+  lastStream_ = handle;
+  launched_ = true;
+  return ncclSuccess;
+}
+
+Status CollEngine::fillP2pArgs(const std::vector<P2pTask>& tasks, algo::P2pArgs* a) const {
+  memset(a, 0, sizeof(*a));
+  // Blocks by (peer, direction) in order of first appearance; tasks keep
+  // their call order inside a block.
+  std::vector<std::pair<int, std::vector<const P2pTask*>>> blocks;
+  int ntasks = 0;
+  for (const P2pTask& t : tasks) {
+    if (t.bytes == 0) continue;  // moves nothing on either side
+    int key = t.peer * 2 + (t.isSend ? 1 : 0);
+    auto it = std::find_if(blocks.begin(), blocks.end(), [key](auto& b) { return b.first == key; });
+    if (it == blocks.end()) {
+      blocks.emplace_back(key, std::vector<const P2pTask*>{});
+      it = blocks.end() - 1;
+    }
+    it->second.push_back(&t);
+    ++ntasks;
+  }
+  if (ntasks > algo::kMaxKernelP2pTasks) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "kernel point-to-point takes at most %d non-empty sends/receives per group and "
+               "communicator (this group has %d); split the group or use NCCL_PASS_SM=1",
+               algo::kMaxKernelP2pTasks, ntasks);
+  }
+  int i = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    a->blockBegin[b] = static_cast<uint16_t>(i);
+    for (const P2pTask* t : blocks[b].second) {
+      a->tasks[i++] = algo::P2pTaskArg{t->buffer, t->bytes, t->peer, t->isSend ? 1 : 0};
+    }
+  }
+  a->blockBegin[blocks.size()] = static_cast<uint16_t>(i);
+  a->nblocks = static_cast<int32_t>(blocks.size());
+  a->pos = ring_.pos;
+  a->nslots = ring_.nslots;
+  a->slotBytes = ring_.slotBytes;
+  a->peerChannels = ring_.peerChannelArray();
+  a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
+  a->timeoutNs = static_cast<uint64_t>(timeoutNs_);
+  return ncclSuccess;
+}
+
+Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
+  if (shutDown_) FERRY_FAIL(ncclInvalidUsage, "send/recv on a communicator being destroyed");
+  if (!ring_.allPeersMapped) {
+    FERRY_FAIL(ncclInvalidUsage, "kernel point-to-point needs every rank on this host");
+  }
+  auto args = std::make_unique<algo::P2pArgs>();
+  FERRY_CHECK(fillP2pArgs(tasks, args.get()));
+  if (args->nblocks == 0) return ncclSuccess;
+  // The launch stream and the group's other streams (joined around it).
+  std::vector<void*> handles;
+  std::vector<std::unique_ptr<rt::Stream>> streams;
+  for (const P2pTask& t : tasks) {
+    if (std::find(handles.begin(), handles.end(), t.stream) != handles.end()) continue;
+    handles.push_back(t.stream);
+    streams.emplace_back();
+    FERRY_CHECK(runtime_->wrapUserStream(t.stream, &streams.back()));
+  }
+  rt::Stream& main = *streams[0];
+  std::vector<std::unique_ptr<rt::Event>> joins(streams.size());
+  for (size_t i = 1; i < streams.size(); ++i) {
+    FERRY_CHECK(runtime_->createEvent(&joins[i]));
+    FERRY_CHECK(joins[i]->record(*streams[i]));
+    FERRY_CHECK(main.waitEvent(*joins[i]));
+  }
+  bool capturing = false;
+  FERRY_CHECK(orderAfterPrevious(main, handles[0], &capturing));
+  rt::KernelLaunch k;
+  void* argv[1] = {args.get()};
+  const size_t sizes[1] = {sizeof(algo::P2pArgs)};
+  k.args = argv;
+  k.numArgs = 1;
+  k.grid[0] = static_cast<unsigned>(args->nblocks);
+  if (runtime_->kind() == rt::RuntimeKind::Host) {
+    k.func = reinterpret_cast<const void*>(&hostP2pKernel);
+    k.argSizes = sizes;
+    k.hostReturnsStatus = true;
+  } else {
+    FERRY_CHECK(runtime_->collKernel(0, rt::kP2pKernelFn, &k.func, &k.block[0]));
+  }
+  FERRY_INFO(kLogP2p, "kernel p2p: %d blocks on stream %p", args->nblocks, handles[0]);
+  FERRY_CHECK(runtime_->launch(k, main));
+  if (streams.size() > 1) {
+    std::unique_ptr<rt::Event> done;
+    FERRY_CHECK(runtime_->createEvent(&done));
+    FERRY_CHECK(done->record(main));
+    for (size_t i = 1; i < streams.size(); ++i) FERRY_CHECK(streams[i]->waitEvent(*done));
+  }
+  return capturing ? ncclSuccess : recordLaunch(main, handles[0]);
+}
+
+Status CollEngine::launch(const std::vector<CollTask>& tasks) {
+  if (shutDown_) FERRY_FAIL(ncclInvalidUsage, "collective on a communicator being destroyed");
+  if (!available()) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "collectives need a transport between every pair of ring neighbours; this "
+               "communicator spans hosts and Ferry has no network transport yet");
+  }
+  for (const CollTask& t : tasks) FERRY_CHECK(launchOne(t));
+  return ncclSuccess;
+}
+
+void CollEngine::abortKernels() {
+  if (!abortWord_) return;
+  // Release-ordered enough: kernels poll this word (volatile, system scope)
+  // and only stop early; no data is published with it.
+  std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(abortWord_->ptr()))
+      .store(1, std::memory_order_release);
+}
+
+Status CollEngine::shutdown(int64_t timeoutMs) {
+  if (shutDown_) return ncclSuccess;
+  shutDown_ = true;
+  if (!lastEvent_ || !launched_) return ncclSuccess;
+  using Clock = std::chrono::steady_clock;
+  // Two phases: let the kernels finish on their own, then abort them; a
+  // kernel that outlives both is reported (its memory is freed regardless).
+  for (int phase = 0; phase < 2; ++phase) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(phase == 0 ? timeoutMs : 10000);
+    for (;;) {
+      Status s = lastEvent_->query();
+      if (s != ncclInProgress) return s;
+      if (Clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (phase == 0) {
+      FERRY_WARN("collective kernels still running %lld ms into destroy; aborting them",
+                 static_cast<long long>(timeoutMs));
+      abortKernels();
+    }
+  }
+  FERRY_FAIL(ncclInternalError, "collective kernels did not stop after abort");
+}
+
+}  // namespace ferry

@@ -1,0 +1,103 @@
+// The collective engine of one communicator (DESIGN.md layer 7): turns a
+// group's collective tasks into ring-kernel launches on the user's streams.
+//
+// Plans depend only on the collective tasks themselves (kind, count, type,
+// op, root) and the communicator's fixed ring: never on which point-to-point
+// tasks share the group, so every rank builds the same launches whatever p2p
+// traffic rides along (the VCCL failure mode cannot happen). SM-free p2p never
+// enters a kernel.
+//
+// Ordering: the ring's FIFOs and step counters are shared by every
+// collective of the communicator, so its kernels must run one at a time and
+// in call order (the same on every rank, as NCCL requires). Launches on one
+// stream are ordered by the stream; when a launch goes to a different stream
+// than the previous one, that stream first waits for the previous launch
+// (an event). Inside CUDA graph capture the user's capture order applies.
+//
+// Threading: launch() and the op-table calls come from the thread that owns
+// the communicator (NCCL's rule); abortKernels() from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "coll/ring_setup.h"
+#include "enqueue/p2p_engine.h"
+#include "algo/p2p_kernel.h"
+#include "runtime/runtime.h"
+
+namespace ferry {
+
+struct CollTask {
+  int coll = 0;  // algo::CollKind
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  uint64_t count = 0;  // elements; per rank for all-gather / reduce-scatter
+  int dataType = 0;
+  int op = 0;  // ncclRedOp_t (built-in or from createPreMulSum)
+  int root = 0;
+  void* stream = nullptr;
+};
+
+class CollEngine {
+ public:
+  ~CollEngine();
+  // Collective over the communicator: sets up the ring (see ring_setup.h).
+  [[nodiscard]] static Status create(const RingSetupContext& ctx, std::unique_ptr<CollEngine>* out);
+
+  // Whether collectives can run (false when the communicator spans hosts).
+  bool available() const { return ring_.nchannels > 0; }
+
+  // Validates what only the engine knows (the op table) before a task is
+  // accepted into a group.
+  [[nodiscard]] Status checkOp(int op, int dataType, const char* fn) const;
+  // Launches one group's collectives of this communicator, in call order.
+  [[nodiscard]] Status launch(const std::vector<CollTask>& tasks);
+  // Kernel point-to-point: one group's sends and receives of this
+  // communicator as one kernel (algo/p2p_kernel.h) on the first task's
+  // stream; the group's other streams join it before and after.
+  [[nodiscard]] Status launchP2p(const std::vector<P2pTask>& tasks);
+
+  // ncclRedOpCreatePreMulSum / ncclRedOpDestroy. `residence`: 0 = the scalar
+  // lives in device memory and is read when each collective runs, 1 = host
+  // value read now.
+  [[nodiscard]] Status createPreMulSum(const void* scalar, int dataType, int residence, int* op);
+  [[nodiscard]] Status destroyOp(int op);
+
+  // Makes running kernels of this communicator stop at their next wait.
+  void abortKernels();
+  // Waits (bounded) until every launch has finished; after abortKernels()
+  // that is prompt. Idempotent.
+  [[nodiscard]] Status shutdown(int64_t timeoutMs);
+
+ private:
+  struct UserOp {
+    bool live = false;
+    int dataType = 0;
+    bool onDevice = false;
+    uint64_t bits = 0;
+    const void* ptr = nullptr;
+  };
+  CollEngine() = default;
+  [[nodiscard]] Status fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType) const;
+  [[nodiscard]] Status launchOne(const CollTask& t);
+  [[nodiscard]] Status orderAfterPrevious(rt::Stream& stream, void* handle, bool* capturing);
+  [[nodiscard]] Status recordLaunch(rt::Stream& stream, void* handle);
+  [[nodiscard]] Status fillP2pArgs(const std::vector<P2pTask>& tasks, algo::P2pArgs* a) const;
+
+  rt::Runtime* runtime_ = nullptr;
+  int rank_ = -1;
+  RingResources ring_;
+  std::unique_ptr<rt::HostMemory> abortWord_;  // uint32, device-mapped
+  int64_t timeoutNs_ = 0;
+  std::vector<UserOp> ops_;
+  // The previous launch: its stream handle and an event recorded after it.
+  void* lastStream_ = nullptr;
+  std::unique_ptr<rt::Event> lastEvent_;
+  bool launched_ = false;
+  bool shutDown_ = false;
+};
+
+}  // namespace ferry

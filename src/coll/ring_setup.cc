@@ -1,0 +1,264 @@
+#include "coll/ring_setup.h"
+
+#include <cstring>
+
+#include "core/log.h"
+
+namespace ferry {
+namespace {
+
+// What each rank publishes about its region.
+struct RegionInfo {
+  uint32_t shm;  // 1: host shared memory (fetch the memfd through the RPC)
+  uint32_t ipcType;
+  uint64_t bytes;
+  uint64_t localPtr;  // valid in the owner's process only (same-process peers)
+  uint64_t ipcSize;
+  uint64_t ipcOffset;
+  uint8_t ipc[64];
+  char proxyName[112];
+};
+static_assert(std::is_trivially_copyable_v<RegionInfo>);
+
+// RPC keys of collective regions: bit 63 set, never a p2p key (those put the
+// sender rank at bit 33 and up).
+uint64_t regionKey(int owner) {
+  return (1ULL << 63) | static_cast<uint64_t>(owner);
+}
+
+int resolveChannels(const RingSetupContext& ctx) {
+  int64_t v = ctx.params->getInt(ParamId::CollChannels);
+  bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
+  if (v == 0) return cuda ? 16 : 2;
+  if (v < 1 || v > 64) {
+    FERRY_WARN("FERRY_COLL_CHANNELS=%ld out of range [1, 64]; using %d", static_cast<long>(v),
+               cuda ? 16 : 2);
+    return cuda ? 16 : 2;
+  }
+  return static_cast<int>(v);
+}
+
+Status resolveFifo(const RingSetupContext& ctx, uint32_t* nslots, uint64_t* slotBytes) {
+  int64_t s = ctx.params->getInt(ParamId::CollSlots);
+  int64_t b = ctx.params->getInt(ParamId::CollSlotBytes);
+  if (b == 0) b = ctx.runtime->kind() == rt::RuntimeKind::Cuda ? 256 << 10 : 64 << 10;
+  if (s < 2 || s > 64 || s % 2 != 0) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_COLL_SLOTS=%ld: must be even, 2..64", static_cast<long>(s));
+  }
+  if (b < 1024 || b > (64LL << 20) || b % 16 != 0) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_COLL_SLOT_BYTES=%ld: must be a multiple of 16 in [1K, 64M]",
+               static_cast<long>(b));
+  }
+  *nslots = static_cast<uint32_t>(s);
+  *slotBytes = static_cast<uint64_t>(b);
+  return ncclSuccess;
+}
+
+// Whether some rank that writes into this rank's region (every same-host
+// rank: ring neighbours and kernel-p2p peers) cannot reach its device memory.
+bool useShm(const RingSetupContext& ctx) {
+  if (ctx.params->getInt(ParamId::P2pDisable) != 0) return true;
+  if (ctx.runtime->kind() == rt::RuntimeKind::Host) return false;
+  const Topology& t = *ctx.topology;
+  for (int peer = 0; peer < static_cast<int>(t.peers.size()); ++peer) {
+    if (peer == t.myRank) continue;
+    int peerDevice = -1;
+    bool ok = false;
+    if (ctx.runtime->deviceByBusId(t.peers[peer].busId, &peerDevice) == ncclSuccess) {
+      (void)ctx.runtime->canAccessPeer(ctx.device, peerDevice, &ok);
+    }
+    if (!ok) return true;
+  }
+  return false;
+}
+
+// Zero-fills `bytes` at `dst` (device-accessible) with a synchronous copy.
+Status zeroFill(rt::Runtime* runtime, void* dst, size_t bytes) {
+  std::unique_ptr<rt::HostMemory> zeros;
+  FERRY_CHECK(runtime->allocHost(bytes, &zeros));
+  memset(zeros->ptr(), 0, bytes);
+  std::unique_ptr<rt::Stream> s;
+  FERRY_CHECK(runtime->createStream(&s));
+  FERRY_CHECK(s->copyAsync(dst, zeros->ptr(), bytes));
+  return s->synchronize();
+}
+
+Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, bool shm, RingRegion* r,
+                     RegionInfo* info) {
+  memset(info, 0, sizeof(*info));
+  info->shm = shm ? 1 : 0;
+  info->bytes = bytes;
+  snprintf(info->proxyName, sizeof(info->proxyName), "%s", ctx.proxy->rpc().name().c_str());
+  const uint64_t key = regionKey(ctx.topology->myRank);
+  if (shm) {
+    FERRY_CHECK(SharedRegion::create(bytes, "ferry-ring", &r->shared));  // zero-filled
+    FERRY_CHECK(ctx.runtime->registerHost(r->shared->data(), r->shared->size(), &r->registration));
+    r->base = static_cast<char*>(r->registration->devicePtr());
+    info->localPtr = reinterpret_cast<uint64_t>(r->base);
+    return ctx.proxy->rpc().addResource(ctx.commKey, key, r->shared->fd(), r->shared->size());
+  }
+  FERRY_CHECK(ctx.runtime->allocDevice(bytes, &r->device));
+  r->base = static_cast<char*>(r->device->ptr());
+  FERRY_CHECK(zeroFill(ctx.runtime, r->base, bytes));
+  info->localPtr = reinterpret_cast<uint64_t>(r->base);
+  rt::IpcDescriptor desc;
+  FERRY_CHECK(ctx.runtime->exportIpc(*r->device, &desc));
+  UniqueFd fd(desc.fd);
+  info->ipcType = static_cast<uint32_t>(desc.type);
+  info->ipcSize = desc.size;
+  info->ipcOffset = desc.offset;
+  memcpy(info->ipc, desc.bytes, sizeof(info->ipc));
+  if (fd) FERRY_CHECK(ctx.proxy->rpc().addResource(ctx.commKey, key, fd.get(), desc.size));
+  return ncclSuccess;
+}
+
+Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& info,
+                     RingRegion* r) {
+  const Topology& t = *ctx.topology;
+  bool sameProcess = t.links[owner] == PeerLink::SameProcess || owner == t.myRank;
+  if (sameProcess) {  // CUDA forbids importing one's own legacy handle
+    r->base = reinterpret_cast<char*>(info.localPtr);
+    return ncclSuccess;
+  }
+  UniqueFd fd;
+  uint64_t size = 0;
+  bool needFd = info.shm != 0 ||
+                info.ipcType == static_cast<uint32_t>(rt::IpcDescriptor::Type::HostMemfd);
+  if (needFd) {
+    std::unique_ptr<RpcClient> rpc;
+    FERRY_CHECK(RpcClient::connect(info.proxyName, ctx.timeoutMs, ctx.abortFlag, &rpc));
+    FERRY_CHECK(rpc->fetch(RpcKind::Resource, ctx.commKey, regionKey(owner), ctx.timeoutMs,
+                           ctx.abortFlag, &fd, &size));
+  }
+  if (info.shm != 0) {
+    FERRY_CHECK(SharedRegion::attach(std::move(fd), info.bytes, &r->shared));
+    FERRY_CHECK(ctx.runtime->registerHost(r->shared->data(), r->shared->size(), &r->registration));
+    r->base = static_cast<char*>(r->registration->devicePtr());
+    return ncclSuccess;
+  }
+  rt::IpcDescriptor desc;
+  desc.type = static_cast<rt::IpcDescriptor::Type>(info.ipcType);
+  desc.size = info.ipcSize;
+  desc.offset = info.ipcOffset;
+  memcpy(desc.bytes, info.ipc, sizeof(desc.bytes));
+  desc.fd = fd.release();
+  FERRY_CHECK(ctx.runtime->importIpc(desc, &r->mapping));
+  r->base = static_cast<char*>(r->mapping->ptr());
+  return ncclSuccess;
+}
+
+// Connection `conn` (ring channel h, or nchannels + peer) of a rank whose
+// writes go to `next` and whose drains are acknowledged to `prev`.
+algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, char* prev,
+                               char* next, int nconn, int remoteConn) {
+  const uint64_t flags = ringFlagsBytes(nconn);
+  const uint64_t fifo = static_cast<uint64_t>(res.nslots) * res.slotBytes;
+  auto tail = [&](char* base, int c) {
+    return reinterpret_cast<uint64_t*>(base + static_cast<uint64_t>(c) * 2 * kRingFlagLine);
+  };
+  auto head = [&](char* base, int c) {
+    return reinterpret_cast<uint64_t*>(base + (static_cast<uint64_t>(c) * 2 + 1) * kRingFlagLine);
+  };
+  algo::RingChannel c{};
+  c.recvFifo = own + flags + static_cast<uint64_t>(conn) * fifo;
+  c.sendFifo = next + flags + static_cast<uint64_t>(remoteConn) * fifo;
+  c.recvTail = tail(own, conn);
+  c.sendTail = tail(next, remoteConn);
+  c.sendHead = head(own, conn);
+  c.recvHead = head(prev, remoteConn);
+  return c;
+}
+
+Status copyTable(const RingSetupContext& ctx, const void* data, size_t bytes,
+                 std::unique_ptr<rt::DeviceMemory>* out) {
+  FERRY_CHECK(ctx.runtime->allocDevice(bytes, out));
+  std::unique_ptr<rt::HostMemory> staging;
+  FERRY_CHECK(ctx.runtime->allocHost(bytes, &staging));
+  memcpy(staging->ptr(), data, bytes);
+  std::unique_ptr<rt::Stream> s;
+  FERRY_CHECK(ctx.runtime->createStream(&s));
+  FERRY_CHECK(s->copyAsync((*out)->ptr(), staging->ptr(), bytes));
+  return s->synchronize();
+}
+
+// Copies the channel tables and ring order into executor-visible memory.
+Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRank,
+                     int nextRank) {
+  const int n = res->nranks;
+  const int me = ctx.topology->myRank;
+  const int nconn = res->nchannels + n;
+  char* own = res->own.base;
+  std::vector<algo::RingChannel> table(res->nchannels);
+  for (int h = 0; h < res->nchannels; ++h) {
+    table[h] = connectionOf(*res, h, own, res->regions[prevRank].base,
+                            res->regions[nextRank].base, nconn, h);
+  }
+  FERRY_CHECK(copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
+  std::vector<int32_t> ring(ctx.topology->ringOrder.begin(), ctx.topology->ringOrder.end());
+  FERRY_CHECK(copyTable(ctx, ring.data(), sizeof(int32_t) * ring.size(), &res->ringRanks));
+  if (!res->allPeersMapped) return ncclSuccess;
+  // Peer q's connection: our slots for q's sends are connection nch + q in
+  // our region; our sends to q land in connection nch + me of q's region.
+  std::vector<algo::RingChannel> peers(n);
+  for (int q = 0; q < n; ++q) {
+    char* theirs = res->regions[q].base;
+    peers[q] = connectionOf(*res, res->nchannels + q, own, theirs, theirs, nconn,
+                            res->nchannels + me);
+  }
+  return copyTable(ctx, peers.data(), sizeof(algo::RingChannel) * peers.size(),
+                   &res->peerChannels);
+}
+
+}  // namespace
+
+uint64_t ringFlagsBytes(int nconn) {
+  uint64_t b = static_cast<uint64_t>(nconn) * 2 * kRingFlagLine;
+  return (b + 4095) / 4096 * 4096;
+}
+
+uint64_t ringRegionBytes(int nconn, uint32_t nslots, uint64_t slotBytes) {
+  return ringFlagsBytes(nconn) + static_cast<uint64_t>(nconn) * nslots * slotBytes;
+}
+
+Status setupRing(const RingSetupContext& ctx, RingResources* out) {
+  const Topology& t = *ctx.topology;
+  const int n = static_cast<int>(t.peers.size());
+  if (t.nHosts > 1) {
+    FERRY_INFO(kLogInit, "collectives: communicator spans %d hosts; no network transport yet",
+               t.nHosts);
+    return ncclSuccess;
+  }
+  RingResources& res = *out;
+  res.nranks = n;
+  res.ringOrder = t.ringOrder;
+  res.nchannels = resolveChannels(ctx);
+  FERRY_CHECK(resolveFifo(ctx, &res.nslots, &res.slotBytes));
+  for (int i = 0; i < n; ++i) {
+    if (t.ringOrder[i] == t.myRank) res.pos = i;
+  }
+  const int prevRank = t.ringOrder[(res.pos + n - 1) % n];
+  const int nextRank = t.ringOrder[(res.pos + 1) % n];
+  res.shm = useShm(ctx);
+  const int nconn = res.nchannels + n;
+  const uint64_t bytes = ringRegionBytes(nconn, res.nslots, res.slotBytes);
+  std::vector<RegionInfo> infos(n);
+  FERRY_CHECK(makeOwnRegion(ctx, bytes, res.shm, &res.own, &infos[t.myRank]));
+  res.regions.resize(n);
+  res.regions[t.myRank].base = res.own.base;
+  if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(infos.data(), sizeof(RegionInfo)));
+  for (int q = 0; q < n; ++q) {
+    if (q != t.myRank) FERRY_CHECK(mapPeerRegion(ctx, q, infos[q], &res.regions[q]));
+  }
+  res.allPeersMapped = true;
+  if (n > 1) FERRY_CHECK(ctx.bootstrap->barrier());  // everyone mapped: withdraw the offer
+  ctx.proxy->rpc().removeResource(ctx.commKey, regionKey(t.myRank));
+  FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
+  FERRY_INFO(kLogInit | kLogColl,
+             "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
+             "%d kernel-p2p connections, %u slots of %llu bytes",
+             res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
+             res.nslots, static_cast<unsigned long long>(res.slotBytes));
+  return ncclSuccess;
+}
+
+}  // namespace ferry

@@ -1,0 +1,101 @@
+// The collective connections of one communicator (DESIGN.md layers 5/7):
+// per channel, a FIFO + flags in each rank's own memory that its ring
+// predecessor fills and its successor's drains are acknowledged into (the
+// protocol is in algo/coll_ring.h). Separate from the SM-free p2p
+// connections, whose control blocks belong to the proxy's protocol.
+//
+// Each rank owns one region: [flags: per connection recvTail, sendHead, each
+// on its own 128-byte line][FIFOs: per connection nslots x slotBytes], for the
+// ring channels and then one connection per peer (kernel point-to-point).
+// P2P: the region is device memory, mapped by every same-host rank through
+// IPC (host runtime: memfd). SHM (NCCL_P2P_DISABLE, or no peer access): host shared
+// memory registered with the device. The owner chooses; neighbours follow.
+//
+// Setup is collective (all-gather of region descriptors, a barrier) and runs
+// at communicator init, so no collective ever waits for a handshake.
+//
+// Lifetime: owned by the CollEngine; must outlive every kernel that uses it
+// (the engine waits for its last launch before freeing).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "algo/coll_ring.h"
+#include "bootstrap/bootstrap.h"
+#include "core/params.h"
+#include "proxy/proxy.h"
+#include "runtime/runtime.h"
+#include "topo/topology.h"
+#include "transport/shared_memory.h"
+
+namespace ferry {
+
+struct RingSetupContext {
+  rt::Runtime* runtime = nullptr;
+  boot::Bootstrap* bootstrap = nullptr;
+  const Topology* topology = nullptr;
+  const Params* params = nullptr;
+  Proxy* proxy = nullptr;
+  int device = -1;
+  uint64_t commKey = 0;
+  const std::atomic<bool>* abortFlag = nullptr;
+  int64_t timeoutMs = 120000;
+};
+
+// One rank's region, local or mapped from a neighbour.
+struct RingRegion {
+  char* base = nullptr;  // address usable by kernels/streams in this process
+  std::unique_ptr<rt::DeviceMemory> device;          // own, P2P
+  std::unique_ptr<SharedRegion> shared;              // own or mapped, SHM
+  std::unique_ptr<rt::HostRegistration> registration;  // SHM, this process's mapping
+  std::unique_ptr<rt::IpcMapping> mapping;           // neighbour's, P2P
+};
+
+struct RingResources {
+  int nranks = 0;
+  int pos = 0;  // this rank's ring position
+  std::vector<int> ringOrder;  // rank at each ring position
+  int nchannels = 0;
+  uint32_t nslots = 0;
+  uint64_t slotBytes = 0;
+  bool shm = false;  // own region in host shared memory
+  RingRegion own;
+  // Every rank's region as mapped here, by rank (the own entry only holds
+  // `base`); ranks on other hosts stay unmapped (base null).
+  std::vector<RingRegion> regions;
+  bool allPeersMapped = false;  // kernel point-to-point can reach every rank
+  std::unique_ptr<rt::DeviceMemory> channels;  // algo::RingChannel[nchannels]
+  std::unique_ptr<rt::DeviceMemory> ringRanks;  // int32_t[nranks]
+  // Kernel point-to-point: one connection per peer (self included), laid out
+  // exactly like a ring channel whose previous and next rank are that peer.
+  std::unique_ptr<rt::DeviceMemory> peerChannels;  // algo::RingChannel[nranks]
+
+  algo::RingChannel* peerChannelArray() const {
+    return peerChannels ? static_cast<algo::RingChannel*>(peerChannels->ptr()) : nullptr;
+  }
+
+  algo::RingChannel* channelArray() const {
+    return channels ? static_cast<algo::RingChannel*>(channels->ptr()) : nullptr;
+  }
+  const int32_t* ringRankArray() const {
+    return ringRanks ? static_cast<const int32_t*>(ringRanks->ptr()) : nullptr;
+  }
+};
+
+// Offsets inside a region. "Lines" are the ring channels' followed by the
+// peer connections' (nchannels + nranks connections, two flag lines each);
+// FIFOs follow in the same order.
+constexpr uint64_t kRingFlagLine = 128;
+uint64_t ringFlagsBytes(int nconn);
+uint64_t ringRegionBytes(int nconn, uint32_t nslots, uint64_t slotBytes);
+
+// Builds the ring connections; with one rank only the channel table (no
+// peers). Fails (the communicator's init fails) when a neighbour cannot be
+// reached; `*out` stays empty (nchannels 0) when the communicator spans
+// hosts, which has no transport yet: collectives then fail at call time.
+[[nodiscard]] Status setupRing(const RingSetupContext& ctx, RingResources* out);
+
+}  // namespace ferry

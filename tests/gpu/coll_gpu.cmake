@@ -1,0 +1,24 @@
+# Collectives on 2 GPUs: the host-runtime suite (mp_coll, tests/multiproc/
+# coll.cmake) on CUDA, plus float/bf16 sums of 2^24 + 5 elements. Skipped
+# (exit 77) without 2 GPUs.
+function(ferry_gpu_coll_test name case)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+            $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 280 $<TARGET_FILE:mp_coll> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77 ${ARGN})
+endfunction()
+foreach(case matrix big stress mixed streams abort)
+  ferry_gpu_coll_test(gpu.coll.${case} ${case})
+endforeach()
+ferry_gpu_coll_test(gpu.coll.mixed.kernel mixed ENVIRONMENT NCCL_PASS_SM=0)
+
+# CUDA graph capture and replay of collectives + kernel-p2p fallback.
+if(FERRY_CUDA)
+  add_executable(gpu_coll_graph ${CMAKE_CURRENT_SOURCE_DIR}/gpu/coll_graph.cu)
+  target_link_libraries(gpu_coll_graph PRIVATE nccl CUDA::cudart)
+  add_test(NAME gpu.coll.graph
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+            $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 150 $<TARGET_FILE:gpu_coll_graph>)
+  set_tests_properties(gpu.coll.graph PROPERTIES LABELS gpu TIMEOUT 180 SKIP_RETURN_CODE 77
+    ENVIRONMENT "NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P")
+endif()
