@@ -70,7 +70,7 @@ for s in $stages; do
   collbench)
     stage collbench
     timeout 280 $run --timeout 270 $b/bench/ferry-bench all_reduce,all_gather,reduce_scatter,broadcast,reduce \
-      -b 8 -e 4G -f 8 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+      -b 8 -e ${COLLBENCH_MAX:-4G} -f 8 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
       --json "$out/collbench.json" >"$out/collbench.txt" 2>&1
     echo "collbench exit $?"; grep -v "^\[1\]" "$out/collbench.txt" | grep -v INFO | tail -75
     ;;
@@ -96,6 +96,17 @@ for s in $stages; do
     timeout 200 compute-sanitizer --tool racecheck --target-processes all --print-limit 10 \
       $run --timeout 190 $b/tests/mp_coll streams >"$out/collrace.log" 2>&1
     echo "racecheck exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASS|FAIL" "$out/collrace.log" | head -6
+    ;;
+  diag2)
+    stage diag2
+    for v in "coll stress" "coll:FERRY_P2P_ZERO_COPY=0 stress" "p2p alltoall" "coll mixed" "coll:NCCL_PASS_SM=0 mixed" "coll streams" "coll abort"; do
+      set -- $v
+      prog=${1%%:*}; envs=""; [ "$prog" != "$1" ] && envs=${1#*:}
+      echo "--- $prog $2 $envs"
+      env $envs NCCL_DEBUG=WARN timeout 45 $run --timeout 40 $b/tests/mp_$prog $2 >"$out/diag2-$prog-$2-${envs//=/}.log" 2>&1
+      echo "exit $?"; grep -E "PASS|FAIL|WARN|timeout|verified" "$out/diag2-$prog-$2-${envs//=/}.log" | sort | uniq -c | sort -rn | head -6 | cut -c1-240
+    done
+    timeout 60 $run --timeout 50 $b/tests/gpu_coll_graph 2>&1 | grep -E "PASS|FAIL|kernel p2p|timeout" | head -6
     ;;
   torch)
     stage torch
