@@ -26,7 +26,7 @@ for s in $stages; do
     ;;
   gpu)
     stage gpu
-    (cd $b && timeout 240 ctest -L gpu --output-on-failure 2>&1 >"$out/ctest-gpu.log"
+    (cd $b && timeout ${GPU_STAGE_TIMEOUT:-240} ctest -L gpu --timeout 120 --output-on-failure 2>&1 >"$out/ctest-gpu.log"
      grep -E "Test +#|tests passed|PASS lazy|lazy_loading|large message|FAIL" "$out/ctest-gpu.log" | tail -40)
     grep -h "completed in\|large message" "$out/ctest-gpu.log" | head -12
     ;;
@@ -99,7 +99,7 @@ for s in $stages; do
     ;;
   diag2)
     stage diag2
-    for v in "coll stress" "coll:FERRY_P2P_ZERO_COPY=0 stress" "p2p alltoall" "coll mixed" "coll:NCCL_PASS_SM=0 mixed" "coll streams" "coll abort"; do
+    for v in ${DIAG2_CASES:-"coll stress" "coll:FERRY_P2P_ZERO_COPY=0 stress" "p2p alltoall" "coll mixed" "coll:NCCL_PASS_SM=0 mixed" "coll streams" "coll abort"}; do
       set -- $v
       prog=${1%%:*}; envs=""; [ "$prog" != "$1" ] && envs=${1#*:}
       echo "--- $prog $2 $envs"
@@ -107,6 +107,15 @@ for s in $stages; do
       echo "exit $?"; grep -E "PASS|FAIL|WARN|timeout|verified" "$out/diag2-$prog-$2-${envs//=/}.log" | sort | uniq -c | sort -rn | head -6 | cut -c1-240
     done
     timeout 60 $run --timeout 50 $b/tests/gpu_coll_graph 2>&1 | grep -E "PASS|FAIL|kernel p2p|timeout" | head -6
+    ;;
+  sweep)
+    stage sweep
+    for v in "16 256K" "32 256K" "16 512K" "32 512K" "24 512K"; do
+      set -- $v
+      echo "--- channels $1 slot $2"
+      FERRY_COLL_CHANNELS=$1 FERRY_COLL_SLOT_BYTES=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce,all_gather \
+        -b 32M -e 512M -f 4 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $8}'
+    done
     ;;
   torch)
     stage torch

@@ -41,6 +41,10 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
     if (size == 0) FERRY_FAIL(ncclInvalidArgument, "ncclMemAlloc: size is 0");
     rt::Runtime* r = nullptr;
     FERRY_CHECK(rt::selectedRuntime(&r));
+    // On CUDA, whole 2 MiB chunks: only allocations that own their driver
+    // chunks can be mapped by peers for zero-copy (cuda_sm_free.cc).
+    if (r->kind() == rt::RuntimeKind::Cuda)
+      size = (size + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20);
     std::unique_ptr<rt::DeviceMemory> mem;
     FERRY_CHECK(r->allocDevice(size, &mem));
     *ptr = mem->ptr();

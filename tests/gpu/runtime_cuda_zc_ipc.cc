@@ -170,7 +170,7 @@ int runParent(int sock, int ctrlFd, pid_t child, uint64_t seed) {
   Control ctrl;
   CHECK(ctrl.open(rt, ctrlFd));
   ferry::test::Rng rng(seed, 0);
-  size_t bytes = 4096 + rng.below(32 << 20);
+  size_t bytes = (2u << 20) * (1 + rng.below(16));  // mappable: whole 2 MiB chunks
   std::unique_ptr<DeviceMemory> mem;
   CHECK(rt->allocDevice(bytes, &mem) == ncclSuccess);
   std::unique_ptr<Stream> s;

@@ -242,7 +242,13 @@ TEST_F(RuntimeCudaZc, PreloadedWaitKernelLaunchesBehindStreamWait) {
 
 TEST_F(RuntimeCudaZc, DescribeAllocationOverMemoryKinds) {
   test::Rng rng(test::testSeed(), 203);
-  size_t bytes = 64 + rng.below(16 << 20);
+  // Only allocations owning whole 2 MiB driver chunks are mappable.
+  size_t bytes = (2u << 20) * (1 + rng.below(8));
+  std::unique_ptr<DeviceMemory> small;
+  ASSERT_EQ(rt_->allocDevice(64 + rng.below(1 << 20), &small), ncclSuccess);
+  AllocationInfo smallInfo;
+  ASSERT_EQ(rt_->describeAllocation(small->ptr(), 64, &smallInfo), ncclSuccess);
+  EXPECT_FALSE(smallInfo.mappable);
   std::unique_ptr<DeviceMemory> mem;
   ASSERT_EQ(rt_->allocDevice(bytes, &mem), ncclSuccess);  // cudaMalloc
   auto* base = static_cast<char*>(mem->ptr());

@@ -155,6 +155,14 @@ Status describeAllocation(const void* ptr, size_t bytes, AllocationInfo* out) {
   FERRY_CHECK(cachedAllocation(api, bufferId, p, &a, &usable));
   if (!usable || p < a.base || p + bytes > a.base + a.size)
     return ncclSuccess;  // straddles the end
+  // Small cudaMalloc allocations are carved out of shared 2 MiB driver
+  // chunks, and a peer that opened one allocation's legacy handle cannot
+  // open another of the same chunk (measured on H200/driver 580:
+  // cudaIpcOpenMemHandle "already mapped"). Only offer allocations that own
+  // their chunks: 2 MiB-aligned, whole multiples of 2 MiB (ncclMemAlloc
+  // rounds up to that; PyTorch's caching allocator segments are like that).
+  constexpr uint64_t kChunk = 2ull << 20;
+  if (a.base % kChunk != 0 || a.size % kChunk != 0) return ncclSuccess;
   out->mappable = true;
   out->allocId = bufferId;
   out->base = a.base;
