@@ -95,25 +95,25 @@ static_assert(std::is_trivially_copyable_v<RingChannel>, "lives in device memory
 
 // Everything one launch needs; passed by value to the kernel.
 struct CollArgs {
-  int32_t coll;         // CollKind
-  int32_t fn;           // CollFn (for the log; the kernel is typed by it)
+  int32_t coll;  // CollKind
+  int32_t fn;    // CollFn (for the log; the kernel is typed by it)
   int32_t nranks;
-  int32_t pos;          // this rank's ring position
-  int32_t rootPos;      // ring position of the root (broadcast, reduce)
-  int32_t nchannels;    // channels used by this launch (<= allocated)
-  uint32_t nslots;      // FIFO slots per channel (>= 2, even)
-  uint32_t avg;         // 1: divide the final value by nranks (ncclAvg)
-  uint64_t slotBytes;   // bytes per FIFO slot (multiple of 16)
-  uint64_t chunkElts;   // max elements per chunk per channel (0 = derive)
-  uint64_t count;       // elements (per rank for all-gather/reduce-scatter)
+  int32_t pos;         // this rank's ring position
+  int32_t rootPos;     // ring position of the root (broadcast, reduce)
+  int32_t nchannels;   // channels used by this launch (<= allocated)
+  uint32_t nslots;     // FIFO slots per channel (>= 2, even)
+  uint32_t avg;        // 1: divide the final value by nranks (ncclAvg)
+  uint64_t slotBytes;  // bytes per FIFO slot (multiple of 16)
+  uint64_t chunkElts;  // max elements per chunk per channel (0 = derive)
+  uint64_t count;      // elements (per rank for all-gather/reduce-scatter)
   const void* sendbuff;
   void* recvbuff;
-  RingChannel* channels;    // nchannels entries, in the executor's memory
-  const int32_t* ringRanks;  // rank at each ring position (nranks entries)
-  uint64_t scalarBits;  // PreMulSum scalar as the element's bits (host scalar)
-  const void* scalarPtr;  // or, when non-null, read from here at launch
+  RingChannel* channels;               // nchannels entries, in the executor's memory
+  const int32_t* ringRanks;            // rank at each ring position (nranks entries)
+  uint64_t scalarBits;                 // PreMulSum scalar as the element's bits (host scalar)
+  const void* scalarPtr;               // or, when non-null, read from here at launch
   const volatile uint32_t* abortFlag;  // non-zero: stop at the next wait
-  uint64_t timeoutNs;   // a wait longer than this fails the launch
+  uint64_t timeoutNs;                  // a wait longer than this fails the launch
 };
 static_assert(std::is_trivially_copyable_v<CollArgs>, "kernel argument");
 
@@ -178,9 +178,7 @@ class RingPrims {
   FERRY_HD bool recvReduceCopy(const T* in, T* out, uint64_t n) {
     return run(in, true, false, out, n, true);
   }
-  FERRY_HD bool recvCopySend(T* out, uint64_t n) {
-    return run(nullptr, true, true, out, n, false);
-  }
+  FERRY_HD bool recvCopySend(T* out, uint64_t n) { return run(nullptr, true, true, out, n, false); }
   FERRY_HD bool recv(T* out, uint64_t n) { return run(nullptr, true, false, out, n, false); }
   // One rank, or the root's local part: out = post(pre(in)).
   FERRY_HD void localCopy(const T* in, T* out, uint64_t n, bool reduction) {

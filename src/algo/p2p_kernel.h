@@ -17,7 +17,12 @@
 
 namespace ferry::algo {
 
-constexpr int kMaxKernelP2pTasks = 64;
+// Tasks travel inside the kernel argument (CUDA >= 12.1 allows 32 KiB of
+// parameters); blocks are capped at 128 so that every block of a launch is
+// resident at once on an H100/H200 (132 SMs, one 512-thread block per SM):
+// a block waiting for an unscheduled block of its own launch would hang.
+constexpr int kMaxKernelP2pTasks = 1024;
+constexpr int kMaxKernelP2pBlocks = 128;
 
 struct P2pTaskArg {
   void* buf;
@@ -35,11 +40,11 @@ struct P2pArgs {
   RingChannel* peerChannels;  // by peer rank, in the executor's memory
   const volatile uint32_t* abortFlag;
   uint64_t timeoutNs;
-  uint16_t blockBegin[kMaxKernelP2pTasks + 1];  // block b: tasks [begin[b], begin[b+1])
+  uint16_t blockBegin[kMaxKernelP2pBlocks + 1];  // block b: tasks [begin[b], begin[b+1])
   P2pTaskArg tasks[kMaxKernelP2pTasks];
 };
-static_assert(std::is_trivially_copyable_v<P2pArgs> && sizeof(P2pArgs) <= 4000,
-              "kernel argument (CUDA allows 4 KiB)");
+static_assert(std::is_trivially_copyable_v<P2pArgs> && sizeof(P2pArgs) <= 32000,
+              "kernel argument (CUDA >= 12.1 allows 32764 bytes)");
 
 // Runs block b's tasks; stores back only its own direction's counter (the
 // peer's other direction belongs to another block of the same launch).

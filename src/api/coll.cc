@@ -67,8 +67,10 @@ Status submit(ncclComm_t handle, const CollCall& k, const char* fn) {
   FERRY_CHECK(readyComm(handle, fn, &c));
   if (c->finalized()) FERRY_FAIL(ncclInvalidUsage, "%s: communicator was finalized", fn);
   const uint64_t elt = algo::typeBytes(static_cast<int>(k.type));
-  if (elt == 0) FERRY_FAIL(ncclInvalidArgument, "%s: invalid datatype %d", fn, static_cast<int>(k.type));
-  if (k.count > std::numeric_limits<uint64_t>::max() / 64 / elt / static_cast<uint64_t>(c->nranks())) {
+  if (elt == 0)
+    FERRY_FAIL(ncclInvalidArgument, "%s: invalid datatype %d", fn, static_cast<int>(k.type));
+  if (k.count >
+      std::numeric_limits<uint64_t>::max() / 64 / elt / static_cast<uint64_t>(c->nranks())) {
     FERRY_FAIL(ncclInvalidArgument, "%s: count %zu is too large", fn, k.count);
   }
   const bool reduces = k.coll != algo::kCollAllGather && k.coll != algo::kCollBroadcast;
@@ -83,8 +85,10 @@ Status submit(ncclComm_t handle, const CollCall& k, const char* fn) {
   FERRY_CHECK(checkBuffer(c, k.recvbuff, recvBytes, "recvbuff", fn));
   if (k.count == 0) return ncclSuccess;  // nothing moves (as NCCL: no launch)
   if (!c->coll()->available()) {
-    FERRY_FAIL(ncclInvalidUsage, "%s: collectives across hosts need a network transport, which "
-               "Ferry does not have yet", fn);
+    FERRY_FAIL(ncclInvalidUsage,
+               "%s: collectives across hosts need a network transport, which "
+               "Ferry does not have yet",
+               fn);
   }
   CollTask t;
   t.coll = k.coll;
@@ -170,10 +174,9 @@ FERRY_PNCCL_ALIAS(ncclResult_t, ncclBcast,
                   (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                    cudaStream_t stream))
 
-extern "C" FERRY_VISIBLE ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff,
-                                                 size_t count, ncclDataType_t datatype,
-                                                 ncclRedOp_t op, int root, ncclComm_t comm,
-                                                 cudaStream_t stream) {
+extern "C" FERRY_VISIBLE ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                                 ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                                 ncclComm_t comm, cudaStream_t stream) {
   return apiGuard("ncclReduce", [&]() {
     return submit(comm,
                   {algo::kCollReduce, sendbuff, recvbuff, count, datatype, static_cast<int>(op),
@@ -192,7 +195,8 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, 
   return apiGuard("ncclRedOpCreatePreMulSum", [&]() -> Status {
     Communicator* c = nullptr;
     FERRY_CHECK(readyComm(comm, "ncclRedOpCreatePreMulSum", &c));
-    if (op == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: op is NULL", "ncclRedOpCreatePreMulSum");
+    if (op == nullptr)
+      FERRY_FAIL(ncclInvalidArgument, "%s: op is NULL", "ncclRedOpCreatePreMulSum");
     int id = 0;
     FERRY_CHECK(c->coll()->createPreMulSum(scalar, static_cast<int>(datatype),
                                            static_cast<int>(residence), &id));

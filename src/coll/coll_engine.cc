@@ -217,6 +217,12 @@ Status CollEngine::fillP2pArgs(const std::vector<P2pTask>& tasks, algo::P2pArgs*
     it->second.push_back(&t);
     ++ntasks;
   }
+  if (blocks.size() > static_cast<size_t>(algo::kMaxKernelP2pBlocks)) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "kernel point-to-point takes at most %d (peer, direction) pairs per group (this "
+               "group has %zu); use NCCL_PASS_SM=1",
+               algo::kMaxKernelP2pBlocks, blocks.size());
+  }
   if (ntasks > algo::kMaxKernelP2pTasks) {
     FERRY_FAIL(ncclInvalidUsage,
                "kernel point-to-point takes at most %d non-empty sends/receives per group and "

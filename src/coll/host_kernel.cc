@@ -38,11 +38,12 @@ struct HostPlatform {
       auto waited = Clock::now() - start;
       if (ctx.timeoutNs != 0 &&
           static_cast<uint64_t>(std::chrono::nanoseconds(waited).count()) > ctx.timeoutNs) {
-        FERRY_WARN("collective: ring position %d channel %d waited %.1f s for a peer (flag %llu, "
-                   "want %llu); failing the stream (FERRY_COLL_TIMEOUT)",
-                   ctx.pos, ctx.channel, std::chrono::duration<double>(waited).count(),
-                   static_cast<unsigned long long>(word.load(std::memory_order_relaxed)),
-                   static_cast<unsigned long long>(target));
+        FERRY_WARN(
+            "collective: ring position %d channel %d waited %.1f s for a peer (flag %llu, "
+            "want %llu); failing the stream (FERRY_COLL_TIMEOUT)",
+            ctx.pos, ctx.channel, std::chrono::duration<double>(waited).count(),
+            static_cast<unsigned long long>(word.load(std::memory_order_relaxed)),
+            static_cast<unsigned long long>(target));
         ctx.timedOut = true;
         return false;
       }

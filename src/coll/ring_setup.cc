@@ -29,11 +29,11 @@ uint64_t regionKey(int owner) {
 int resolveChannels(const RingSetupContext& ctx) {
   int64_t v = ctx.params->getInt(ParamId::CollChannels);
   bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
-  if (v == 0) return cuda ? 16 : 2;
+  if (v == 0) return cuda ? 32 : 2;
   if (v < 1 || v > 64) {
     FERRY_WARN("FERRY_COLL_CHANNELS=%ld out of range [1, 64]; using %d", static_cast<long>(v),
-               cuda ? 16 : 2);
-    return cuda ? 16 : 2;
+               cuda ? 32 : 2);
+    return cuda ? 32 : 2;
   }
   return static_cast<int>(v);
 }
@@ -41,12 +41,14 @@ int resolveChannels(const RingSetupContext& ctx) {
 Status resolveFifo(const RingSetupContext& ctx, uint32_t* nslots, uint64_t* slotBytes) {
   int64_t s = ctx.params->getInt(ParamId::CollSlots);
   int64_t b = ctx.params->getInt(ParamId::CollSlotBytes);
-  if (b == 0) b = ctx.runtime->kind() == rt::RuntimeKind::Cuda ? 256 << 10 : 64 << 10;
+  if (b == 0) b = ctx.runtime->kind() == rt::RuntimeKind::Cuda ? 512 << 10 : 64 << 10;
   if (s < 2 || s > 64 || s % 2 != 0) {
-    FERRY_FAIL(ncclInvalidArgument, "FERRY_COLL_SLOTS=%ld: must be even, 2..64", static_cast<long>(s));
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_COLL_SLOTS=%ld: must be even, 2..64",
+               static_cast<long>(s));
   }
   if (b < 1024 || b > (64LL << 20) || b % 16 != 0) {
-    FERRY_FAIL(ncclInvalidArgument, "FERRY_COLL_SLOT_BYTES=%ld: must be a multiple of 16 in [1K, 64M]",
+    FERRY_FAIL(ncclInvalidArgument,
+               "FERRY_COLL_SLOT_BYTES=%ld: must be a multiple of 16 in [1K, 64M]",
                static_cast<long>(b));
   }
   *nslots = static_cast<uint32_t>(s);
@@ -83,8 +85,8 @@ Status zeroFill(rt::Runtime* runtime, void* dst, size_t bytes) {
   return s->synchronize();
 }
 
-Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, bool shm, RingRegion* r,
-                     RegionInfo* info) {
+Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t flagBytes, bool shm,
+                     RingRegion* r, RegionInfo* info) {
   memset(info, 0, sizeof(*info));
   info->shm = shm ? 1 : 0;
   info->bytes = bytes;
@@ -99,7 +101,8 @@ Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, bool shm, Ring
   }
   FERRY_CHECK(ctx.runtime->allocDevice(bytes, &r->device));
   r->base = static_cast<char*>(r->device->ptr());
-  FERRY_CHECK(zeroFill(ctx.runtime, r->base, bytes));
+  // Only the flags need zeros (FIFO slots are written before they are read).
+  FERRY_CHECK(zeroFill(ctx.runtime, r->base, flagBytes));
   info->localPtr = reinterpret_cast<uint64_t>(r->base);
   rt::IpcDescriptor desc;
   FERRY_CHECK(ctx.runtime->exportIpc(*r->device, &desc));
@@ -122,8 +125,8 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
   }
   UniqueFd fd;
   uint64_t size = 0;
-  bool needFd = info.shm != 0 ||
-                info.ipcType == static_cast<uint32_t>(rt::IpcDescriptor::Type::HostMemfd);
+  bool needFd =
+      info.shm != 0 || info.ipcType == static_cast<uint32_t>(rt::IpcDescriptor::Type::HostMemfd);
   if (needFd) {
     std::unique_ptr<RpcClient> rpc;
     FERRY_CHECK(RpcClient::connect(info.proxyName, ctx.timeoutMs, ctx.abortFlag, &rpc));
@@ -182,18 +185,18 @@ Status copyTable(const RingSetupContext& ctx, const void* data, size_t bytes,
 }
 
 // Copies the channel tables and ring order into executor-visible memory.
-Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRank,
-                     int nextRank) {
+Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRank, int nextRank) {
   const int n = res->nranks;
   const int me = ctx.topology->myRank;
   const int nconn = res->nchannels + n;
   char* own = res->own.base;
   std::vector<algo::RingChannel> table(res->nchannels);
   for (int h = 0; h < res->nchannels; ++h) {
-    table[h] = connectionOf(*res, h, own, res->regions[prevRank].base,
-                            res->regions[nextRank].base, nconn, h);
+    table[h] = connectionOf(*res, h, own, res->regions[prevRank].base, res->regions[nextRank].base,
+                            nconn, h);
   }
-  FERRY_CHECK(copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
+  FERRY_CHECK(
+      copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
   std::vector<int32_t> ring(ctx.topology->ringOrder.begin(), ctx.topology->ringOrder.end());
   FERRY_CHECK(copyTable(ctx, ring.data(), sizeof(int32_t) * ring.size(), &res->ringRanks));
   if (!res->allPeersMapped) return ncclSuccess;
@@ -202,11 +205,10 @@ Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRa
   std::vector<algo::RingChannel> peers(n);
   for (int q = 0; q < n; ++q) {
     char* theirs = res->regions[q].base;
-    peers[q] = connectionOf(*res, res->nchannels + q, own, theirs, theirs, nconn,
-                            res->nchannels + me);
+    peers[q] =
+        connectionOf(*res, res->nchannels + q, own, theirs, theirs, nconn, res->nchannels + me);
   }
-  return copyTable(ctx, peers.data(), sizeof(algo::RingChannel) * peers.size(),
-                   &res->peerChannels);
+  return copyTable(ctx, peers.data(), sizeof(algo::RingChannel) * peers.size(), &res->peerChannels);
 }
 
 }  // namespace
@@ -242,7 +244,8 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   const int nconn = res.nchannels + n;
   const uint64_t bytes = ringRegionBytes(nconn, res.nslots, res.slotBytes);
   std::vector<RegionInfo> infos(n);
-  FERRY_CHECK(makeOwnRegion(ctx, bytes, res.shm, &res.own, &infos[t.myRank]));
+  FERRY_CHECK(
+      makeOwnRegion(ctx, bytes, ringFlagsBytes(nconn), res.shm, &res.own, &infos[t.myRank]));
   res.regions.resize(n);
   res.regions[t.myRank].base = res.own.base;
   if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(infos.data(), sizeof(RegionInfo)));
@@ -256,8 +259,8 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
              "%d kernel-p2p connections, %u slots of %llu bytes",
-             res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
-             res.nslots, static_cast<unsigned long long>(res.slotBytes));
+             res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n, res.nslots,
+             static_cast<unsigned long long>(res.slotBytes));
   return ncclSuccess;
 }
 

@@ -47,16 +47,16 @@ struct RingSetupContext {
 
 // One rank's region, local or mapped from a neighbour.
 struct RingRegion {
-  char* base = nullptr;  // address usable by kernels/streams in this process
-  std::unique_ptr<rt::DeviceMemory> device;          // own, P2P
-  std::unique_ptr<SharedRegion> shared;              // own or mapped, SHM
+  char* base = nullptr;                      // address usable by kernels/streams in this process
+  std::unique_ptr<rt::DeviceMemory> device;  // own, P2P
+  std::unique_ptr<SharedRegion> shared;      // own or mapped, SHM
   std::unique_ptr<rt::HostRegistration> registration;  // SHM, this process's mapping
-  std::unique_ptr<rt::IpcMapping> mapping;           // neighbour's, P2P
+  std::unique_ptr<rt::IpcMapping> mapping;             // neighbour's, P2P
 };
 
 struct RingResources {
   int nranks = 0;
-  int pos = 0;  // this rank's ring position
+  int pos = 0;                 // this rank's ring position
   std::vector<int> ringOrder;  // rank at each ring position
   int nchannels = 0;
   uint32_t nslots = 0;
@@ -66,8 +66,8 @@ struct RingResources {
   // Every rank's region as mapped here, by rank (the own entry only holds
   // `base`); ranks on other hosts stay unmapped (base null).
   std::vector<RingRegion> regions;
-  bool allPeersMapped = false;  // kernel point-to-point can reach every rank
-  std::unique_ptr<rt::DeviceMemory> channels;  // algo::RingChannel[nchannels]
+  bool allPeersMapped = false;                  // kernel point-to-point can reach every rank
+  std::unique_ptr<rt::DeviceMemory> channels;   // algo::RingChannel[nchannels]
   std::unique_ptr<rt::DeviceMemory> ringRanks;  // int32_t[nranks]
   // Kernel point-to-point: one connection per peer (self included), laid out
   // exactly like a ring channel whose previous and next rank are that peer.

@@ -56,24 +56,37 @@ Status runConcurrently(std::vector<GroupJob>& jobs) {
   return ncclSuccess;
 }
 
-// SM-free unless the user asked for kernel p2p (NCCL_PASS_SM=0) or a stream
-// is being captured into a CUDA graph: the proxy cannot take part in graph
-// replays, so captured sends and receives fall back to the kernel path.
+// Which path each message takes (the same answer on both sides, from the
+// byte count alone, so each path matches its messages in order per peer):
+// kernel p2p for everything when NCCL_PASS_SM=0 or a stream is being
+// captured into a CUDA graph (the proxy cannot take part in graph replays);
+// otherwise kernel p2p for small messages (FERRY_P2P_KERNEL_MAX_BYTES, where
+// it is measured faster) and SM-free for the rest. The kernel goes first:
+// the SM-free operations' start events then follow it on the stream.
 Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
-  bool kernel = comm->params().getInt(ParamId::PassSm) == 0;
-  for (size_t i = 0; !kernel && i < tasks.size(); ++i) {
+  const Params& params = comm->params();
+  bool allKernel = params.getInt(ParamId::PassSm) == 0;
+  for (size_t i = 0; !allKernel && i < tasks.size(); ++i) {
     bool capturing = false;
     FERRY_CHECK(comm->runtime()->isCapturing(tasks[i].stream, &capturing));
     if (capturing) {
-      FERRY_INFO(kLogP2p, "send/recv inside CUDA graph capture: using kernel p2p (the SM-free "
+      FERRY_INFO(kLogP2p,
+                 "send/recv inside CUDA graph capture: using kernel p2p (the SM-free "
                  "path cannot be captured)");
-      kernel = true;
+      allKernel = true;
     }
   }
-  if (!kernel) return comm->p2p()->launch(tasks);
-  FERRY_CHECK(comm->coll()->launchP2p(tasks));
-  comm->p2p()->countKernelTasks(tasks);
-  return ncclSuccess;
+  int64_t smallMax = comm->nranks() <= 32 ? params.getInt(ParamId::P2pKernelMaxBytes) : 0;
+  std::vector<P2pTask> kernel, smFree;
+  for (const P2pTask& t : tasks) {
+    bool small = t.bytes > 0 && static_cast<int64_t>(t.bytes) <= smallMax;
+    (allKernel || small ? kernel : smFree).push_back(t);
+  }
+  if (!kernel.empty()) {
+    FERRY_CHECK(comm->coll()->launchP2p(kernel));
+    comm->p2p()->countKernelTasks(kernel);
+  }
+  return smFree.empty() ? ncclSuccess : comm->p2p()->launch(smFree);
 }
 
 }  // namespace

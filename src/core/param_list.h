@@ -51,12 +51,15 @@
     "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
     "Seconds a point-to-point operation may wait for its peer before failing (0: no limit).")   \
+  X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "64K",                                  \
+    "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
+    "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
-    "Ring channels per communicator for collective kernels (one thread block each); 0: 16 on "  \
+    "Ring channels per communicator for collective kernels (one thread block each); 0: 32 on "  \
     "CUDA, 2 on the host runtime.")                                                               \
   X(CollSlots, "FERRY_COLL_SLOTS", Int, "8", "FIFO slots per collective channel (even, 2..64).") \
   X(CollSlotBytes, "FERRY_COLL_SLOT_BYTES", Int, "0",                                              \
-    "Bytes per collective FIFO slot (multiple of 16); 0: 256K on CUDA, 64K on the host runtime.") \
+    "Bytes per collective FIFO slot (multiple of 16); 0: 512K on CUDA, 64K on the host runtime.") \
   X(CollTimeout, "FERRY_COLL_TIMEOUT", Int, "1800",                                                \
     "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).")
 // clang-format on

@@ -174,11 +174,18 @@ TEST_F(RuntimeCudaZc, SpinWaitReleasedByHostWriteOnEveryWordKind) {
        static_cast<uint64_t*>(reg->hostPtr())},
       {"allocHost", static_cast<uint64_t*>(pinned->ptr()), static_cast<uint64_t*>(pinned->ptr())},
   };
+  // Pinned copy endpoints: a copy from pageable memory would block this
+  // thread until the stream passed the wait it is queued behind.
+  std::unique_ptr<HostMemory> ends;
+  ASSERT_EQ(rt_->allocHost(2 * sizeof(uint64_t), &ends), ncclSuccess);
+  uint64_t& src = static_cast<uint64_t*>(ends->ptr())[0];
+  uint64_t& dst = static_cast<uint64_t*>(ends->ptr())[1];
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     uint64_t target = 2 + rng.below(1 << 20);
     storeRelease(c.host, target - 1);  // one short: must keep waiting
-    uint64_t src = rng.next(), dst = 0;
+    src = rng.next();
+    dst = 0;
     ASSERT_EQ(s->waitValue64Spin(c.dev, target), ncclSuccess);
     ASSERT_EQ(s->copyAsync(&dst, &src, sizeof(src)), ncclSuccess);
     std::this_thread::sleep_for(50ms);
@@ -193,7 +200,9 @@ TEST_F(RuntimeCudaZc, SpinWaitReleasedByHostWriteOnEveryWordKind) {
   ASSERT_EQ(rt_->allocDevice(64, &flag), ncclSuccess);
   std::unique_ptr<Stream> writer;
   ASSERT_EQ(rt_->createStream(&writer), ncclSuccess);
-  uint64_t zero = 0, src = rng.next(), dst = 0;
+  uint64_t zero = 0;
+  src = rng.next();
+  dst = 0;
   ASSERT_EQ(writer->copyAsync(flag->ptr(), &zero, sizeof(zero)), ncclSuccess);
   ASSERT_EQ(writer->synchronize(), ncclSuccess);
   auto* word = static_cast<uint64_t*>(flag->ptr());
