@@ -108,6 +108,13 @@ for s in $stages; do
     done
     timeout 60 $run --timeout 50 $b/tests/gpu_coll_graph 2>&1 | grep -E "PASS|FAIL|kernel p2p|timeout" | head -6
     ;;
+  p2pquick)
+    stage p2pquick
+    timeout 150 $run --timeout 140 $b/bench/ferry-bench sendrecv,alltoall \
+      -b 8 -e 1G -f 8 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+      >"$out/p2pquick.txt" 2>&1
+    echo "p2pquick exit $?"; grep -v "^\[1\]" "$out/p2pquick.txt" | grep -v INFO | grep -E "^\[0\] +[0-9]|#wrong" | tail -24
+    ;;
   sweep)
     stage sweep
     for v in "16 256K" "32 256K" "16 512K" "32 512K" "24 512K"; do
