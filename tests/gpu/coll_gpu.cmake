@@ -7,9 +7,11 @@ function(ferry_gpu_coll_test name case)
             $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 280 $<TARGET_FILE:mp_coll> ${case})
   set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77 ${ARGN})
 endfunction()
-foreach(case matrix big stress mixed streams abort)
+foreach(case matrix big stress streams abort)
   ferry_gpu_coll_test(gpu.coll.${case} ${case})
 endforeach()
+# SM-free p2p for every message (small ones would otherwise be kernel p2p).
+ferry_gpu_coll_test(gpu.coll.mixed mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_gpu_coll_test(gpu.coll.mixed.kernel mixed ENVIRONMENT NCCL_PASS_SM=0)
 
 # CUDA graph capture and replay of collectives + kernel-p2p fallback.

@@ -29,3 +29,6 @@ if(FERRY_CUDA)
       SKIP_RETURN_CODE 77 ENVIRONMENT "CUDA_MODULE_LOADING=${loading};FERRY_USER_WAIT=${wait}")
   endforeach()
 endif()
+# SM-free p2p at every size (small messages default to kernel p2p).
+ferry_gpu_p2p_test(gpu.p2p.alltoall.smfree alltoall ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_gpu_p2p_test(gpu.p2p.stress.smfree stress ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)

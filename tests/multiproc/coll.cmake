@@ -23,8 +23,23 @@ ferry_coll_test(coll.matrix.n3 3 matrix)
 # 8 ranks: every small count; the 2^20+3 references cost ~70 s on 2 cores.
 ferry_coll_test(coll.matrix.n8 8 matrix_quick)
 ferry_coll_test(coll.stress.n4 4 stress)
-ferry_coll_test(coll.mixed.n3 3 mixed)
-# Kernel point-to-point (NCCL_PASS_SM=0) mixed with the collective kernels.
+# Mixed groups (all-reduce + sends/recvs of 0..64 KiB): SM-free p2p (small
+# messages forced off the kernel path), kernel p2p (NCCL_PASS_SM=0), and the
+# default split; 8 ranks for the eight-GPU scenarios of issue 6.
+ferry_coll_test(coll.mixed.n3 3 mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_coll_test(coll.mixed.kernel.n3 3 mixed ENVIRONMENT NCCL_PASS_SM=0)
+ferry_coll_test(coll.mixed.default.n3 3 mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=16K)
+ferry_coll_test(coll.mixed.n8 8 mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_coll_test(coll.mixed.kernel.n8 8 mixed ENVIRONMENT NCCL_PASS_SM=0)
 ferry_coll_test(coll.streams.n2 2 streams)
 ferry_coll_test(coll.abort.n3 3 abort)
+# Flow-control edge cases: the smallest FIFO (2 slots of 1 KiB, so chunks of
+# one slot and constant wraparound) over an odd number of channels, and the
+# SHM variant of the ring regions.
+ferry_coll_test(coll.matrix.tinyfifo.n3 3 matrix)
+set_tests_properties(coll.matrix.tinyfifo.n3 PROPERTIES
+  ENVIRONMENT "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=3")
+ferry_coll_test(coll.stress.tinyfifo.n4 4 stress)
+set_tests_properties(coll.stress.tinyfifo.n4 PROPERTIES
+  ENVIRONMENT "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=5;NCCL_PASS_SM=0")
+ferry_coll_test(coll.matrix.shm.n2 2 matrix_quick ENVIRONMENT NCCL_P2P_DISABLE=1)

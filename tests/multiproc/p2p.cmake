@@ -42,3 +42,9 @@ ferry_p2p_test(p2p.timeout.n2 2 timeout ENVIRONMENT FERRY_P2P_TIMEOUT=2)
 foreach(case alltoall unbatched mixes stress)
   ferry_p2p_test(p2p.${case}.kernel.n3 3 ${case} ENVIRONMENT NCCL_PASS_SM=0)
 endforeach()
+
+# Small messages default to kernel p2p (FERRY_P2P_KERNEL_MAX_BYTES): keep the
+# SM-free path covered at every size too.
+ferry_p2p_test(p2p.alltoall.smfree.n3 3 alltoall ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_p2p_test(p2p.stress.smfree.n4 4 stress ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_p2p_test(p2p.unbatched.smfree.n2 2 unbatched ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
