@@ -41,6 +41,10 @@ Status apiGuard(const char* fn, F&& body) {
 [[nodiscard]] Status commFromHandle(ncclComm_t handle, const char* fn, Communicator** out);
 // Like commFromHandle, and also requires a finished, successful init.
 [[nodiscard]] Status readyComm(ncclComm_t handle, const char* fn, Communicator** out);
+// Checks a user buffer of `bytes` (0: anything goes): non-NULL and memory
+// the runtime's copies and kernels can use; the WARN names `fn` and `what`.
+[[nodiscard]] Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes,
+                                 const char* what, const char* fn);
 // The answer of every function a later issue implements.
 [[nodiscard]] Status notYetImplemented(const char* fn);
 

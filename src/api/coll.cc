@@ -24,21 +24,6 @@ struct CollCall {
   cudaStream_t stream;
 };
 
-Status checkBuffer(Communicator* c, const void* buf, uint64_t bytes, const char* what,
-                   const char* fn) {
-  if (bytes == 0) return ncclSuccess;
-  if (buf == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: %s is NULL", fn, what);
-  bool ok = false;
-  FERRY_CHECK(c->runtime()->checkUserBuffer(buf, bytes, &ok));
-  if (!ok) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "%s: %s %p is not device-accessible memory (use cudaMalloc, ncclMemAlloc or "
-               "pinned host memory)",
-               fn, what, buf);
-  }
-  return ncclSuccess;
-}
-
 // Bytes of the send and receive buffers this rank touches.
 void bufferBytes(const CollCall& k, int nranks, int rank, uint64_t elt, uint64_t* send,
                  uint64_t* recv) {

@@ -32,4 +32,19 @@ Status notYetImplemented(const char* fn) {
   FERRY_FAIL(ncclInvalidUsage, "%s is not implemented yet in this Ferry version", fn);
 }
 
+Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes, const char* what,
+                   const char* fn) {
+  if (bytes == 0) return ncclSuccess;
+  if (buf == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: %s is NULL", fn, what);
+  bool ok = false;
+  FERRY_CHECK(comm->runtime()->checkUserBuffer(buf, bytes, &ok));
+  if (!ok) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "%s: %s %p is not device-accessible memory (use cudaMalloc, ncclMemAlloc or "
+               "pinned host memory)",
+               fn, what, buf);
+  }
+  return ncclSuccess;
+}
+
 }  // namespace ferry

@@ -26,21 +26,6 @@ Status checkCommon(ncclComm_t handle, size_t count, ncclDataType_t type, const c
   return ncclSuccess;
 }
 
-Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes, const char* what,
-                   const char* fn) {
-  if (bytes == 0) return ncclSuccess;
-  if (buf == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: %s is NULL", fn, what);
-  bool ok = false;
-  FERRY_CHECK(comm->runtime()->checkUserBuffer(buf, bytes, &ok));
-  if (!ok) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "%s: %s %p is not device-accessible memory (use cudaMalloc, "
-               "ncclMemAlloc or pinned host memory)",
-               fn, what, buf);
-  }
-  return ncclSuccess;
-}
-
 Status checkPeer(Communicator* comm, int peer, bool send, const char* fn) {
   if (peer < 0 || peer >= comm->nranks()) {
     FERRY_FAIL(ncclInvalidArgument, "%s: peer %d is out of range [0, %d)", fn, peer,
@@ -83,9 +68,9 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclSend(const void* sendbuff, size_t coun
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     uint64_t bytes = 0;
-    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
-    FERRY_CHECK(checkPeer(c, peer, true, __func__));
-    FERRY_CHECK(checkBuffer(c, sendbuff, bytes, "sendbuff", __func__));
+    FERRY_CHECK(checkCommon(comm, count, datatype, "ncclSend", &c, &bytes));
+    FERRY_CHECK(checkPeer(c, peer, true, "ncclSend"));
+    FERRY_CHECK(checkBuffer(c, sendbuff, bytes, "sendbuff", "ncclSend"));
     return inGroup([&]() {
       add(c, true, peer, sendbuff, bytes, stream);
       return ncclSuccess;
@@ -102,9 +87,9 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclRecv(void* recvbuff, size_t count,
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     uint64_t bytes = 0;
-    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
-    FERRY_CHECK(checkPeer(c, peer, false, __func__));
-    FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", __func__));
+    FERRY_CHECK(checkCommon(comm, count, datatype, "ncclRecv", &c, &bytes));
+    FERRY_CHECK(checkPeer(c, peer, false, "ncclRecv"));
+    FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", "ncclRecv"));
     return inGroup([&]() {
       add(c, false, peer, recvbuff, bytes, stream);
       return ncclSuccess;
@@ -142,11 +127,11 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclAlltoAll(const void* sendbuff, void* r
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     uint64_t bytes = 0;
-    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
-    FERRY_CHECK(checkAllPeers(c, __func__));
+    FERRY_CHECK(checkCommon(comm, count, datatype, "ncclAlltoAll", &c, &bytes));
+    FERRY_CHECK(checkAllPeers(c, "ncclAlltoAll"));
     const int n = c->nranks();
-    FERRY_CHECK(checkBuffer(c, sendbuff, bytes * n, "sendbuff", __func__));
-    FERRY_CHECK(checkBuffer(c, recvbuff, bytes * n, "recvbuff", __func__));
+    FERRY_CHECK(checkBuffer(c, sendbuff, bytes * n, "sendbuff", "ncclAlltoAll"));
+    FERRY_CHECK(checkBuffer(c, recvbuff, bytes * n, "recvbuff", "ncclAlltoAll"));
     return inGroup([&]() {
       for (int p = 0; p < n; ++p) {
         add(c, true, p, static_cast<const char*>(sendbuff) + bytes * p, bytes, stream);
@@ -166,12 +151,13 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclGather(const void* sendbuff, void* rec
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     uint64_t bytes = 0;
-    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
-    FERRY_CHECK(checkRoot(c, root, __func__));
-    FERRY_CHECK(checkAllPeers(c, __func__));
+    FERRY_CHECK(checkCommon(comm, count, datatype, "ncclGather", &c, &bytes));
+    FERRY_CHECK(checkRoot(c, root, "ncclGather"));
+    FERRY_CHECK(checkAllPeers(c, "ncclGather"));
     const int n = c->nranks();
-    FERRY_CHECK(checkBuffer(c, sendbuff, bytes, "sendbuff", __func__));
-    if (c->rank() == root) FERRY_CHECK(checkBuffer(c, recvbuff, bytes * n, "recvbuff", __func__));
+    FERRY_CHECK(checkBuffer(c, sendbuff, bytes, "sendbuff", "ncclGather"));
+    if (c->rank() == root)
+      FERRY_CHECK(checkBuffer(c, recvbuff, bytes * n, "recvbuff", "ncclGather"));
     return inGroup([&]() {
       add(c, true, root, sendbuff, bytes, stream);
       if (c->rank() == root) {
@@ -192,12 +178,13 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclScatter(const void* sendbuff, void* re
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     uint64_t bytes = 0;
-    FERRY_CHECK(checkCommon(comm, count, datatype, __func__, &c, &bytes));
-    FERRY_CHECK(checkRoot(c, root, __func__));
-    FERRY_CHECK(checkAllPeers(c, __func__));
+    FERRY_CHECK(checkCommon(comm, count, datatype, "ncclScatter", &c, &bytes));
+    FERRY_CHECK(checkRoot(c, root, "ncclScatter"));
+    FERRY_CHECK(checkAllPeers(c, "ncclScatter"));
     const int n = c->nranks();
-    if (c->rank() == root) FERRY_CHECK(checkBuffer(c, sendbuff, bytes * n, "sendbuff", __func__));
-    FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", __func__));
+    if (c->rank() == root)
+      FERRY_CHECK(checkBuffer(c, sendbuff, bytes * n, "sendbuff", "ncclScatter"));
+    FERRY_CHECK(checkBuffer(c, recvbuff, bytes, "recvbuff", "ncclScatter"));
     return inGroup([&]() {
       if (c->rank() == root) {
         for (int p = 0; p < n; ++p)

@@ -29,21 +29,13 @@
 #include "proxy/proxy.h"
 #include "runtime/runtime.h"
 #include "topo/topology.h"
+#include "transport/setup.h"
 #include "transport/shared_memory.h"
 
 namespace ferry {
 
-struct RingSetupContext {
-  rt::Runtime* runtime = nullptr;
-  boot::Bootstrap* bootstrap = nullptr;
-  const Topology* topology = nullptr;
-  const Params* params = nullptr;
-  Proxy* proxy = nullptr;
-  int device = -1;
-  uint64_t commKey = 0;
-  const std::atomic<bool>* abortFlag = nullptr;
-  int64_t timeoutMs = 120000;
-};
+// The same context as the p2p connections' setup (transport/setup.h).
+using RingSetupContext = P2pSetupContext;
 
 // One rank's region, local or mapped from a neighbour.
 struct RingRegion {

@@ -91,17 +91,7 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   ctx.abortFlag = &abortFlag_;
   ctx.timeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
-  RingSetupContext rc;
-  rc.runtime = runtime_;
-  rc.bootstrap = bootstrap_.get();
-  rc.topology = &topology_;
-  rc.params = &params_;
-  rc.proxy = proxy.get();
-  rc.device = device_;
-  rc.commKey = key;
-  rc.abortFlag = &abortFlag_;
-  rc.timeoutMs = ctx.timeoutMs;
-  return CollEngine::create(rc, &coll_);
+  return CollEngine::create(ctx, &coll_);
 }
 
 Status Communicator::shutdownP2p(bool abort) {
