@@ -193,6 +193,9 @@ class RingPrims {
     return reinterpret_cast<T*>(fifo + (step % nslots_) * (sliceElts_ * sizeof(T)));
   }
   FERRY_HD bool run(const T* in, bool recv, bool send, T* out, uint64_t n, bool final) {
+    // A slot smaller than one 16-byte unit (setup refuses < 1 KiB) would
+    // never advance: fail instead of spinning.
+    if (sliceElts_ == 0) return n == 0;
     for (uint64_t off = 0; off < n; off += sliceElts_) {
       uint64_t m = minU64(sliceElts_, n - off);
       const T* fifo = nullptr;
