@@ -45,6 +45,8 @@ Status apiGuard(const char* fn, F&& body) {
 // the runtime's copies and kernels can use; the WARN names `fn` and `what`.
 [[nodiscard]] Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes,
                                  const char* what, const char* fn);
+// ncclInvalidArgument (WARN naming `fn`) unless 0 <= root < nranks.
+[[nodiscard]] Status checkRoot(Communicator* comm, int root, const char* fn);
 // The answer of every function a later issue implements.
 [[nodiscard]] Status notYetImplemented(const char* fn);
 

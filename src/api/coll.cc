@@ -60,9 +60,8 @@ Status submit(ncclComm_t handle, const CollCall& k, const char* fn) {
   }
   const bool reduces = k.coll != algo::kCollAllGather && k.coll != algo::kCollBroadcast;
   if (reduces) FERRY_CHECK(c->coll()->checkOp(k.op, static_cast<int>(k.type), fn));
-  if ((k.coll == algo::kCollBroadcast || k.coll == algo::kCollReduce) &&
-      (k.root < 0 || k.root >= c->nranks())) {
-    FERRY_FAIL(ncclInvalidArgument, "%s: root %d is out of range [0, %d)", fn, k.root, c->nranks());
+  if (k.coll == algo::kCollBroadcast || k.coll == algo::kCollReduce) {
+    FERRY_CHECK(checkRoot(c, k.root, fn));
   }
   uint64_t sendBytes = 0, recvBytes = 0;
   bufferBytes(k, c->nranks(), c->rank(), elt, &sendBytes, &recvBytes);

@@ -47,4 +47,12 @@ Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes, const ch
   return ncclSuccess;
 }
 
+Status checkRoot(Communicator* comm, int root, const char* fn) {
+  if (root < 0 || root >= comm->nranks()) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: root %d is out of range [0, %d)", fn, root,
+               comm->nranks());
+  }
+  return ncclSuccess;
+}
+
 }  // namespace ferry

@@ -112,13 +112,6 @@ Status checkAllPeers(Communicator* c, const char* fn) {
   return ncclSuccess;
 }
 
-Status checkRoot(Communicator* c, int root, const char* fn) {
-  if (root < 0 || root >= c->nranks()) {
-    FERRY_FAIL(ncclInvalidArgument, "%s: root %d is out of range [0, %d)", fn, root, c->nranks());
-  }
-  return ncclSuccess;
-}
-
 }  // namespace
 
 extern "C" FERRY_VISIBLE ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff,

@@ -47,7 +47,8 @@ class CollEngine {
   // Collective over the communicator: sets up the ring (see ring_setup.h).
   [[nodiscard]] static Status create(const RingSetupContext& ctx, std::unique_ptr<CollEngine>* out);
 
-  // Whether collectives can run (false when the communicator spans hosts).
+  // Whether collectives can run (false when the communicator spans hosts);
+  // the API checks it before a task joins a group.
   bool available() const { return ring_.nchannels > 0; }
 
   // Validates what only the engine knows (the op table) before a task is
@@ -93,10 +94,10 @@ class CollEngine {
   std::unique_ptr<rt::HostMemory> abortWord_;  // uint32, device-mapped
   int64_t timeoutNs_ = 0;
   std::vector<UserOp> ops_;
-  // The previous launch: its stream handle and an event recorded after it.
+  // The previous launch: its stream handle and an event recorded after it
+  // (null until the first launch outside graph capture).
   void* lastStream_ = nullptr;
   std::unique_ptr<rt::Event> lastEvent_;
-  bool launched_ = false;
   bool shutDown_ = false;
 };
 

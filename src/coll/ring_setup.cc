@@ -27,13 +27,13 @@ uint64_t regionKey(int owner) {
 }
 
 int resolveChannels(const RingSetupContext& ctx) {
-  int64_t v = ctx.params->getInt(ParamId::CollChannels);
-  bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
-  if (v == 0) return cuda ? 32 : 2;
+  const int64_t v = ctx.params->getInt(ParamId::CollChannels);
+  const int fallback = ctx.runtime->kind() == rt::RuntimeKind::Cuda ? 32 : 2;
+  if (v == 0) return fallback;
   if (v < 1 || v > 64) {
     FERRY_WARN("FERRY_COLL_CHANNELS=%ld out of range [1, 64]; using %d", static_cast<long>(v),
-               cuda ? 32 : 2);
-    return cuda ? 32 : 2;
+               fallback);
+    return fallback;
   }
   return static_cast<int>(v);
 }
@@ -74,14 +74,19 @@ bool useShm(const RingSetupContext& ctx) {
   return false;
 }
 
-// Zero-fills `bytes` at `dst` (device-accessible) with a synchronous copy.
-Status zeroFill(rt::Runtime* runtime, void* dst, size_t bytes) {
-  std::unique_ptr<rt::HostMemory> zeros;
-  FERRY_CHECK(runtime->allocHost(bytes, &zeros));
-  memset(zeros->ptr(), 0, bytes);
+// Copies `bytes` from host memory into `dst` (device-accessible) through a
+// pinned staging buffer and waits: setup-time uploads only.
+Status uploadSync(rt::Runtime* runtime, void* dst, const void* src, size_t bytes) {
+  std::unique_ptr<rt::HostMemory> staging;
+  FERRY_CHECK(runtime->allocHost(bytes, &staging));
+  if (src != nullptr) {
+    memcpy(staging->ptr(), src, bytes);
+  } else {
+    memset(staging->ptr(), 0, bytes);
+  }
   std::unique_ptr<rt::Stream> s;
   FERRY_CHECK(runtime->createStream(&s));
-  FERRY_CHECK(s->copyAsync(dst, zeros->ptr(), bytes));
+  FERRY_CHECK(s->copyAsync(dst, staging->ptr(), bytes));
   return s->synchronize();
 }
 
@@ -102,7 +107,7 @@ Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t flagB
   FERRY_CHECK(ctx.runtime->allocDevice(bytes, &r->device));
   r->base = static_cast<char*>(r->device->ptr());
   // Only the flags need zeros (FIFO slots are written before they are read).
-  FERRY_CHECK(zeroFill(ctx.runtime, r->base, flagBytes));
+  FERRY_CHECK(uploadSync(ctx.runtime, r->base, nullptr, flagBytes));  // zeros
   info->localPtr = reinterpret_cast<uint64_t>(r->base);
   rt::IpcDescriptor desc;
   FERRY_CHECK(ctx.runtime->exportIpc(*r->device, &desc));
@@ -175,13 +180,7 @@ algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, ch
 Status copyTable(const RingSetupContext& ctx, const void* data, size_t bytes,
                  std::unique_ptr<rt::DeviceMemory>* out) {
   FERRY_CHECK(ctx.runtime->allocDevice(bytes, out));
-  std::unique_ptr<rt::HostMemory> staging;
-  FERRY_CHECK(ctx.runtime->allocHost(bytes, &staging));
-  memcpy(staging->ptr(), data, bytes);
-  std::unique_ptr<rt::Stream> s;
-  FERRY_CHECK(ctx.runtime->createStream(&s));
-  FERRY_CHECK(s->copyAsync((*out)->ptr(), staging->ptr(), bytes));
-  return s->synchronize();
+  return uploadSync(ctx.runtime, (*out)->ptr(), data, bytes);
 }
 
 // Copies the channel tables and ring order into executor-visible memory.

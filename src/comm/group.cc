@@ -67,6 +67,7 @@ Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
   const Params& params = comm->params();
   bool allKernel = params.getInt(ParamId::PassSm) == 0;
   for (size_t i = 0; !allKernel && i < tasks.size(); ++i) {
+    if (i > 0 && tasks[i].stream == tasks[i - 1].stream) continue;  // asked already
     bool capturing = false;
     FERRY_CHECK(comm->runtime()->isCapturing(tasks[i].stream, &capturing));
     if (capturing) {

@@ -40,8 +40,8 @@ struct PeerCounters {
 
 // What both directions share: the control block mapping and its registration.
 // Shared (not unique) so that a self connection's two sides use ONE mapping
-// and registration of their block: a page registered twice through two
-// mappings is a suspect in stream wait-values never releasing (NOTES.md).
+// and registration of their block instead of registering the same pages
+// twice through two mappings (NOTES.md trap 7).
 struct CtrlMapping {
   std::shared_ptr<SharedRegion> region;
   std::shared_ptr<rt::HostRegistration> registration;
