@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop collsan
+#           coll collbench kp2p memop collsan llsweep
 set -uo pipefail
 src=$1
 shift
@@ -122,6 +122,17 @@ for s in $stages; do
       echo "--- channels $1 slot $2"
       FERRY_COLL_CHANNELS=$1 FERRY_COLL_SLOT_BYTES=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce,all_gather \
         -b 32M -e 512M -f 4 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $8}'
+    done
+    ;;
+  llsweep)
+    # LL threshold and channel density for small/mid all-reduce (Ferry only),
+    # then the chosen defaults against NCCL.
+    stage llsweep
+    for v in "0 16K" "8M 4K" "8M 16K" "8M 64K"; do
+      set -- $v
+      echo "--- LL max $1, LL channel bytes $2"
+      FERRY_COLL_LL_MAX_BYTES=$1 FERRY_COLL_LL_CHANNEL_BYTES=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce \
+        -b 8 -e 8M -f 4 -w 5 -n 20 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
     done
     ;;
   torch)

@@ -68,6 +68,10 @@ enum CollKind : int {
 
 // Reduction function families the kernels are instantiated for (Avg runs as
 // Sum with a final division; copies (all-gather, broadcast) use kFnCopy).
+// Wire protocol of one launch: the bandwidth FIFO (slots + tail flags) or
+// LL (flag per 16-byte line, algo/coll_ll.h).
+enum CollProto : int { kProtoSimple = 0, kProtoLL = 1 };
+
 enum CollFn : int {
   kFnSum = 0,
   kFnProd = 1,
@@ -90,6 +94,15 @@ struct RingChannel {
   uint64_t* recvHead;  // the previous position's sendHead (mapped)
   uint64_t sendStep;   // slots sent on this channel so far (persistent)
   uint64_t recvStep;   // slots received so far (persistent)
+  // The LL protocol's connection (algo/coll_ll.h), ring channels only: its
+  // own FIFO, head flags and counters, the same roles as above (no tails:
+  // LL lines carry their own flags).
+  char* llRecvFifo;
+  char* llSendFifo;
+  uint64_t* llSendHead;
+  uint64_t* llRecvHead;
+  uint64_t llSendStep;
+  uint64_t llRecvStep;
 };
 static_assert(std::is_trivially_copyable_v<RingChannel>, "lives in device memory");
 
@@ -102,8 +115,12 @@ struct CollArgs {
   int32_t rootPos;     // ring position of the root (broadcast, reduce)
   int32_t nchannels;   // channels used by this launch (<= allocated)
   uint32_t nslots;     // FIFO slots per channel (>= 2, even)
-  uint32_t avg;        // 1: divide the final value by nranks (ncclAvg)
-  uint64_t slotBytes;  // bytes per FIFO slot (multiple of 16)
+  uint16_t avg;        // 1: divide the final value by nranks (ncclAvg)
+  uint16_t proto;      // CollProto
+  uint64_t slotBytes;  // bytes per slot of this launch's protocol (FIFO: multiple
+                       // of 16; LL: of 32). The struct's size is kept as small
+                       // as before LL existed: the kernels sit at 128 registers
+                       // and a larger argument block made ptxas spill.
   uint64_t chunkElts;  // max elements per chunk per channel (0 = derive)
   uint64_t count;      // elements (per rank for all-gather/reduce-scatter)
   const void* sendbuff;
@@ -158,41 +175,60 @@ FERRY_HD inline uint64_t sliceEltsFor(uint64_t slotBytes, uint32_t eltBytes) {
 }
 
 // The primitives of one channel: each moves `n` elements in slot-sized steps.
+// What a primitive does (RingPrims/LlPrims::run).
+enum PrimBits : uint32_t { kRecv = 1, kSend = 2, kFinal = 4 };
+
 template <class P, class T, class Op>
 class RingPrims {
  public:
+  using Elt = T;
   FERRY_HD RingPrims(typename P::Ctx& ctx, const RingChannel& ch, const Op& op, uint32_t nslots,
                      uint64_t sliceElts)
-      : ctx_(ctx), ch_(ch), op_(op), nslots_(nslots), sliceElts_(sliceElts) {}
+      : ctx_(ctx),
+        ch_{ch.recvFifo, ch.sendFifo, ch.recvTail, ch.sendTail,
+            ch.sendHead, ch.recvHead, ch.sendStep, ch.recvStep},
+        op_(op),
+        nslots_(nslots),
+        sliceElts_(sliceElts) {}
 
-  FERRY_HD bool send(const T* in, uint64_t n) { return run(in, false, true, nullptr, n, false); }
-  FERRY_HD bool copySend(const T* in, T* out, uint64_t n) {
-    return run(in, false, true, out, n, false);
-  }
+  FERRY_HD uint64_t sliceElts() const { return sliceElts_; }
+
+  FERRY_HD bool send(const T* in, uint64_t n) { return run(in, kSend, nullptr, n); }
+  FERRY_HD bool copySend(const T* in, T* out, uint64_t n) { return run(in, kSend, out, n); }
   FERRY_HD bool recvReduceSend(const T* in, uint64_t n) {
-    return run(in, true, true, nullptr, n, false);
+    return run(in, kRecv | kSend, nullptr, n);
   }
   FERRY_HD bool recvReduceCopySend(const T* in, T* out, uint64_t n) {
-    return run(in, true, true, out, n, true);
+    return run(in, kRecv | kSend | kFinal, out, n);
   }
   FERRY_HD bool recvReduceCopy(const T* in, T* out, uint64_t n) {
-    return run(in, true, false, out, n, true);
+    return run(in, kRecv | kFinal, out, n);
   }
-  FERRY_HD bool recvCopySend(T* out, uint64_t n) { return run(nullptr, true, true, out, n, false); }
-  FERRY_HD bool recv(T* out, uint64_t n) { return run(nullptr, true, false, out, n, false); }
+  FERRY_HD bool recvCopySend(T* out, uint64_t n) { return run(nullptr, kRecv | kSend, out, n); }
+  FERRY_HD bool recv(T* out, uint64_t n) { return run(nullptr, kRecv, out, n); }
   // One rank, or the root's local part: out = post(pre(in)).
   FERRY_HD void localCopy(const T* in, T* out, uint64_t n, bool reduction) {
     P::template reduceCopy<T, Op>(ctx_, op_, in, nullptr, out, nullptr, n, reduction);
   }
-  // The counters to store back into the channel when the launch ends.
+  // The counters to store back into the channel when the launch ends
+  // (kernel p2p stores one direction only).
   FERRY_HD uint64_t sendStep() const { return ch_.sendStep; }
   FERRY_HD uint64_t recvStep() const { return ch_.recvStep; }
+  FERRY_HD void saveTo(RingChannel* ch) const {
+    ch->sendStep = ch_.sendStep;
+    ch->recvStep = ch_.recvStep;
+  }
 
  private:
   FERRY_HD T* slot(char* fifo, uint64_t step) const {
     return reinterpret_cast<T*>(fifo + (step % nslots_) * (sliceElts_ * sizeof(T)));
   }
-  FERRY_HD bool run(const T* in, bool recv, bool send, T* out, uint64_t n, bool final) {
+  // Out of line: the ring schedule calls it from many places.
+  // `what`: kRecv, kSend, kFinal bits (one argument: fewer call registers).
+  FERRY_HD FERRY_NOINLINE bool run(const T* in, uint32_t what, T* out, uint64_t n) {
+    const bool recv = (what & kRecv) != 0;
+    const bool send = (what & kSend) != 0;
+    const bool final = (what & kFinal) != 0;
     // A slot smaller than one 16-byte unit (setup refuses < 1 KiB) would
     // never advance: fail instead of spinning.
     if (sliceElts_ == 0) return n == 0;
@@ -222,8 +258,19 @@ class RingPrims {
     return true;
   }
 
+  // The FIFO protocol's fields of the channel (registers: not the LL ones).
+  struct Ends {
+    char* recvFifo;
+    char* sendFifo;
+    uint64_t* recvTail;
+    uint64_t* sendTail;
+    uint64_t* sendHead;
+    uint64_t* recvHead;
+    uint64_t sendStep;
+    uint64_t recvStep;
+  };
   typename P::Ctx& ctx_;
-  RingChannel ch_;
+  Ends ch_;
   Op op_;
   uint32_t nslots_;
   uint64_t sliceElts_;
@@ -235,12 +282,15 @@ FERRY_HD inline uint64_t roundChunkElts(const CollArgs& a, uint64_t sliceElts) {
   return c < sliceElts ? sliceElts : c / sliceElts * sliceElts;
 }
 
-// Runs channel `h` of the collective; false when aborted or timed out.
-// T is the element type (all-gather/broadcast: bytes, the host converts the
-// count). The executor stores the counters back from `prims` afterwards.
-template <class P, class T, class Op>
-FERRY_HD bool runRingChannel(RingPrims<P, T, Op>& prims, const CollArgs& a, int h,
-                             uint64_t sliceElts) {
+// Runs channel `h` of the collective with `prims` (RingPrims or LlPrims);
+// false when aborted or timed out. Prims::Elt is the element type (all-
+// gather/broadcast: bytes, the host converts the count). The executor stores
+// the counters back from `prims` afterwards (saveTo).
+template <class Prims>
+FERRY_HD bool runRingChannel(Prims& prims, const CollArgs& a, int h) {
+  using T = typename Prims::Elt;
+  const uint64_t sliceElts = prims.sliceElts();
+  if (sliceElts == 0) return a.count == 0;  // setup refuses such slots; never divide by 0
   const int n = a.nranks;
   const int p = a.pos;
   const uint64_t al = alignElts(sizeof(T));

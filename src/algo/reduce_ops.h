@@ -29,8 +29,12 @@
 
 #ifdef __CUDACC__
 #define FERRY_HD __host__ __device__
+// For a few large device paths: one out-of-line copy instead of one per call
+// site (kernel registers and build time).
+#define FERRY_NOINLINE __noinline__
 #else
 #define FERRY_HD
+#define FERRY_NOINLINE
 #endif
 
 namespace ferry::algo {

@@ -20,10 +20,11 @@ const char* collName(int coll) {
   return coll >= 0 && coll < algo::kNumCollKinds ? names[coll] : "?";
 }
 
-// Channels for one launch: enough that each gets >= 64 KiB, at most all.
-// A pure function of the task, so every rank picks the same number.
-int channelsFor(uint64_t bytes, int available) {
-  uint64_t want = algo::ceilDiv(bytes, 64 << 10);
+// Channels for one launch: enough that each gets >= perChannel bytes, at
+// most all. A pure function of the task and the (uniform) knobs, so every
+// rank picks the same number.
+int channelsFor(uint64_t bytes, uint64_t perChannel, int available) {
+  uint64_t want = algo::ceilDiv(bytes, perChannel);
   if (want < 1) want = 1;
   return want < static_cast<uint64_t>(available) ? static_cast<int>(want) : available;
 }
@@ -40,6 +41,10 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   e->rank_ = ctx.topology->myRank;
   int64_t t = ctx.params->getInt(ParamId::CollTimeout);
   e->timeoutNs_ = t > 0 ? t * 1000000000LL : 0;
+  const int64_t llMax = ctx.params->getInt(ParamId::CollLlMaxBytes);
+  const int64_t llChannel = ctx.params->getInt(ParamId::CollLlChannelBytes);
+  e->llMaxBytes_ = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
+  e->llChannelBytes_ = llChannel > 0 ? static_cast<uint64_t>(llChannel) : 1;
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   FERRY_CHECK(setupRing(ctx, &e->ring_));
@@ -113,10 +118,15 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
     if (t.root == ring_.ringOrder[p]) a->rootPos = p;
   }
   a->nslots = ring_.nslots;
-  a->slotBytes = ring_.slotBytes;
   a->count = copy ? t.count * elt : t.count;
   const bool perRank = t.coll == algo::kCollAllGather || t.coll == algo::kCollReduceScatter;
-  a->nchannels = channelsFor(t.count * elt * (perRank ? ring_.nranks : 1), ring_.nchannels);
+  // Protocol and channels by the collective's whole size (every rank's data
+  // for the per-rank layouts), the same on every rank.
+  const uint64_t bytes = t.count * elt * (perRank ? ring_.nranks : 1);
+  a->proto = bytes <= llMaxBytes_ ? algo::kProtoLL : algo::kProtoSimple;
+  a->slotBytes = a->proto == algo::kProtoLL ? ring_.llSlotBytes : ring_.slotBytes;
+  a->nchannels =
+      channelsFor(bytes, a->proto == algo::kProtoLL ? llChannelBytes_ : 64 << 10, ring_.nchannels);
   a->sendbuff = t.sendbuff;
   a->recvbuff = t.recvbuff;
   a->channels = ring_.channelArray();
@@ -182,12 +192,12 @@ Status CollEngine::launchOne(const CollTask& t) {
     k.argSizes = sizes;
     k.hostReturnsStatus = true;
   } else {
-    FERRY_CHECK(runtime_->collKernel(kernelType, args.fn, &k.func, &k.block[0]));
+    FERRY_CHECK(runtime_->collKernel(kernelType, args.fn, args.proto, &k.func, &k.block[0]));
     k.numArgs = 1;
   }
-  FERRY_INFO(kLogColl, "%s: count %llu type %d op %d root %d, %d channels, stream %p",
+  FERRY_INFO(kLogColl, "%s: count %llu type %d op %d root %d, %s, %d channels, stream %p",
              collName(t.coll), static_cast<unsigned long long>(t.count), t.dataType, t.op, t.root,
-             args.nchannels, t.stream);
+             args.proto == algo::kProtoLL ? "LL" : "Simple", args.nchannels, t.stream);
   FERRY_CHECK(runtime_->launch(k, *stream));
   return capturing ? ncclSuccess : recordLaunch(*stream, t.stream);
 }
@@ -283,7 +293,7 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
     k.argSizes = sizes;
     k.hostReturnsStatus = true;
   } else {
-    FERRY_CHECK(runtime_->collKernel(0, rt::kP2pKernelFn, &k.func, &k.block[0]));
+    FERRY_CHECK(runtime_->collKernel(0, rt::kP2pKernelFn, 0, &k.func, &k.block[0]));
   }
   FERRY_INFO(kLogP2p, "kernel p2p: %d blocks on stream %p", args->nblocks, handles[0]);
   FERRY_CHECK(runtime_->launch(k, main));

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "algo/coll_ll.h"
 #include "algo/coll_ring.h"
 #include "algo/p2p_kernel.h"
 #include "core/log.h"
@@ -25,25 +26,24 @@ struct HostPlatform {
     bool timedOut = false;
   };
 
-  // Acquire: pairs with the release store in post(), so the slot data (or
-  // the drained state) the poster published is visible afterwards.
-  static bool waitGeq(Ctx& ctx, const uint64_t* flag, uint64_t target) {
-    std::atomic_ref<const uint64_t> word(*flag);
-    if (word.load(std::memory_order_acquire) >= target) return true;
+  // Spins until ready() (an acquire or relaxed look at shared memory, see
+  // the callers); false on abort, or on a timeout after a WARN naming `what`.
+  template <class Ready>
+  static bool spin(Ctx& ctx, const char* what, unsigned long long have, unsigned long long want,
+                   Ready ready) {
+    if (ready()) return true;
     const auto start = Clock::now();
     for (uint64_t spins = 0;; ++spins) {
-      if (word.load(std::memory_order_acquire) >= target) return true;
+      if (ready()) return true;
       if (spins < 64) continue;
       if (ctx.abortFlag != nullptr && *ctx.abortFlag != 0) return false;
       auto waited = Clock::now() - start;
       if (ctx.timeoutNs != 0 &&
           static_cast<uint64_t>(std::chrono::nanoseconds(waited).count()) > ctx.timeoutNs) {
         FERRY_WARN(
-            "collective: ring position %d channel %d waited %.1f s for a peer (flag %llu, "
+            "collective: ring position %d channel %d waited %.1f s for a peer (%s %llu, "
             "want %llu); failing the stream (FERRY_COLL_TIMEOUT)",
-            ctx.pos, ctx.channel, std::chrono::duration<double>(waited).count(),
-            static_cast<unsigned long long>(word.load(std::memory_order_relaxed)),
-            static_cast<unsigned long long>(target));
+            ctx.pos, ctx.channel, std::chrono::duration<double>(waited).count(), what, have, want);
         ctx.timedOut = true;
         return false;
       }
@@ -56,11 +56,58 @@ struct HostPlatform {
     }
   }
 
+  // Acquire: pairs with the release store in post(), so the slot data (or
+  // the drained state) the poster published is visible afterwards.
+  static bool waitGeq(Ctx& ctx, const uint64_t* flag, uint64_t target) {
+    std::atomic_ref<const uint64_t> word(*flag);
+    return spin(ctx, "flag", word.load(std::memory_order_relaxed), target,
+                [&] { return word.load(std::memory_order_acquire) >= target; });
+  }
+
   // Release: every earlier store to the slot (sender) and load from it
   // (receiver) happens before the peer's acquire of `value`.
   static void post(Ctx&, uint64_t* flag, uint64_t value) {
     std::atomic_ref<uint64_t>(*flag).store(value, std::memory_order_release);
   }
+
+  // ---- LL (algo/coll_ll.h): one thread does every line of a step ----
+  struct LineIo {
+    // Relaxed loads suffice: data and flag share each 8-byte word.
+    static int read(const algo::LlWait& w, const algo::LlLine* line, uint32_t flag,
+                    uint64_t* data) {
+      std::atomic_ref<const uint64_t> w0(line->word[0]);
+      std::atomic_ref<const uint64_t> w1(line->word[1]);
+      uint64_t a = 0;
+      uint64_t b = 0;
+      Ctx ctx{w.abortFlag, w.timeoutNs, w.channel, w.pos};
+      bool ok = spin(ctx, "LL line flag", w0.load(std::memory_order_relaxed) >> 32, flag, [&] {
+        a = w0.load(std::memory_order_relaxed);
+        b = w1.load(std::memory_order_relaxed);
+        return (a >> 32) == flag && (b >> 32) == flag;
+      });
+      *data = (a & 0xffffffffULL) | (b << 32);
+      return ok ? algo::kLlOk : ctx.timedOut ? algo::kLlTimedOut : algo::kLlAborted;
+    }
+    static void write(algo::LlLine* line, uint64_t data, uint32_t flag) {
+      const uint64_t f = static_cast<uint64_t>(flag) << 32;
+      std::atomic_ref<uint64_t>(line->word[0])
+          .store((data & 0xffffffffULL) | f, std::memory_order_relaxed);
+      std::atomic_ref<uint64_t>(line->word[1]).store((data >> 32) | f, std::memory_order_relaxed);
+    }
+  };
+
+  template <class T, class Op>
+  static bool llStep(Ctx& ctx, const Op& op, const T* local, const algo::LlLine* recv,
+                     uint32_t recvFlag, algo::LlLine* send, uint32_t sendFlag, T* dst, uint64_t n,
+                     bool final) {
+    const algo::LlWait wait{ctx.abortFlag, ctx.timeoutNs, ctx.pos, ctx.channel};
+    const int r = algo::llLines<LineIo, T, Op>(wait, op, local, recv, recvFlag, send, sendFlag, dst,
+                                               n, final, 0, 1);
+    if (r == algo::kLlTimedOut) ctx.timedOut = true;
+    return r == algo::kLlOk;
+  }
+  // Release (cheap here): the step's line reads come before the peer's reuse.
+  static void postHead(Ctx& ctx, uint64_t* flag, uint64_t value) { post(ctx, flag, value); }
 
   template <class T, class Op>
   static void reduceCopy(Ctx&, const Op& op, const T* local, const T* fifo, T* dst0, T* dst1,
@@ -95,14 +142,21 @@ int runTyped(const algo::CollArgs& a) {
                                      : algo::scalarFromBits<T>(a.scalarBits);
   op.nranks = a.nranks;
   op.avg = a.avg != 0;
-  const uint64_t slice = algo::sliceEltsFor(a.slotBytes, sizeof(T));
+  using Op = algo::CollOp<T, kFn>;
   for (int h = 0; h < a.nchannels; ++h) {
     HostPlatform::Ctx ctx{a.abortFlag, a.timeoutNs, h, a.pos};
     algo::RingChannel& ch = a.channels[h];
-    algo::RingPrims<HostPlatform, T, algo::CollOp<T, kFn>> prims(ctx, ch, op, a.nslots, slice);
-    bool ok = algo::runRingChannel(prims, a, h, slice);
-    ch.sendStep = prims.sendStep();
-    ch.recvStep = prims.recvStep();
+    bool ok = false;
+    if (a.proto == algo::kProtoLL) {
+      algo::LlPrims<HostPlatform, T, Op> prims(ctx, ch, op, a.nslots, a.slotBytes);
+      ok = algo::runRingChannel(prims, a, h);
+      prims.saveTo(&ch);
+    } else {
+      algo::RingPrims<HostPlatform, T, Op> prims(ctx, ch, op, a.nslots,
+                                                 algo::sliceEltsFor(a.slotBytes, sizeof(T)));
+      ok = algo::runRingChannel(prims, a, h);
+      prims.saveTo(&ch);
+    }
     if (!ok) return ctx.timedOut ? 1 : 0;  // aborted: stop quietly, like the kernel
   }
   return 0;

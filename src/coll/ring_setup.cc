@@ -38,10 +38,13 @@ int resolveChannels(const RingSetupContext& ctx) {
   return static_cast<int>(v);
 }
 
-Status resolveFifo(const RingSetupContext& ctx, uint32_t* nslots, uint64_t* slotBytes) {
+Status resolveFifo(const RingSetupContext& ctx, RingResources* res) {
+  const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
   int64_t s = ctx.params->getInt(ParamId::CollSlots);
   int64_t b = ctx.params->getInt(ParamId::CollSlotBytes);
-  if (b == 0) b = ctx.runtime->kind() == rt::RuntimeKind::Cuda ? 512 << 10 : 64 << 10;
+  int64_t ll = ctx.params->getInt(ParamId::CollLlSlotBytes);
+  if (b == 0) b = cuda ? 512 << 10 : 64 << 10;
+  if (ll == 0) ll = cuda ? 64 << 10 : 4 << 10;
   if (s < 2 || s > 64 || s % 2 != 0) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_COLL_SLOTS=%ld: must be even, 2..64",
                static_cast<long>(s));
@@ -51,8 +54,15 @@ Status resolveFifo(const RingSetupContext& ctx, uint32_t* nslots, uint64_t* slot
                "FERRY_COLL_SLOT_BYTES=%ld: must be a multiple of 16 in [1K, 64M]",
                static_cast<long>(b));
   }
-  *nslots = static_cast<uint32_t>(s);
-  *slotBytes = static_cast<uint64_t>(b);
+  // Half of an LL slot is payload, in whole 16-byte units.
+  if (ll < 1024 || ll > (16LL << 20) || ll % 32 != 0) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "FERRY_COLL_LL_SLOT_BYTES=%ld: must be a multiple of 32 in [1K, 16M]",
+               static_cast<long>(ll));
+  }
+  res->nslots = static_cast<uint32_t>(s);
+  res->slotBytes = static_cast<uint64_t>(b);
+  res->llSlotBytes = static_cast<uint64_t>(ll);
   return ncclSuccess;
 }
 
@@ -90,7 +100,7 @@ Status uploadSync(rt::Runtime* runtime, void* dst, const void* src, size_t bytes
   return s->synchronize();
 }
 
-Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t flagBytes, bool shm,
+Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroBytes, bool shm,
                      RingRegion* r, RegionInfo* info) {
   memset(info, 0, sizeof(*info));
   info->shm = shm ? 1 : 0;
@@ -106,8 +116,9 @@ Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t flagB
   }
   FERRY_CHECK(ctx.runtime->allocDevice(bytes, &r->device));
   r->base = static_cast<char*>(r->device->ptr());
-  // Only the flags need zeros (FIFO slots are written before they are read).
-  FERRY_CHECK(uploadSync(ctx.runtime, r->base, nullptr, flagBytes));  // zeros
+  // Only flags and LL lines need zeros (FIFO slots are written before they
+  // are read).
+  FERRY_CHECK(uploadSync(ctx.runtime, r->base, nullptr, zeroBytes));
   info->localPtr = reinterpret_cast<uint64_t>(r->base);
   rt::IpcDescriptor desc;
   FERRY_CHECK(ctx.runtime->exportIpc(*r->device, &desc));
@@ -156,24 +167,31 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
 }
 
 // Connection `conn` (ring channel h, or nchannels + peer) of a rank whose
-// writes go to `next` and whose drains are acknowledged to `prev`.
+// writes go to `next` and whose drains are acknowledged to `prev`; the peer
+// side is connection `remoteConn` of their regions.
 algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, char* prev,
-                               char* next, int nconn, int remoteConn) {
-  const uint64_t flags = ringFlagsBytes(nconn);
-  const uint64_t fifo = static_cast<uint64_t>(res.nslots) * res.slotBytes;
-  auto tail = [&](char* base, int c) {
-    return reinterpret_cast<uint64_t*>(base + static_cast<uint64_t>(c) * 2 * kRingFlagLine);
+                               char* next, int remoteConn) {
+  const RingRegionLayout l =
+      ringRegionLayout(res.nchannels, res.nranks, res.nslots, res.slotBytes, res.llSlotBytes);
+  auto line = [&](char* base, int c, int which) {
+    return reinterpret_cast<uint64_t*>(base +
+                                       (static_cast<uint64_t>(c) * 3 + which) * kRingFlagLine);
   };
-  auto head = [&](char* base, int c) {
-    return reinterpret_cast<uint64_t*>(base + (static_cast<uint64_t>(c) * 2 + 1) * kRingFlagLine);
-  };
+  auto fifo = [&](char* base, int c) { return base + l.fifos + c * l.fifoBytes; };
   algo::RingChannel c{};
-  c.recvFifo = own + flags + static_cast<uint64_t>(conn) * fifo;
-  c.sendFifo = next + flags + static_cast<uint64_t>(remoteConn) * fifo;
-  c.recvTail = tail(own, conn);
-  c.sendTail = tail(next, remoteConn);
-  c.sendHead = head(own, conn);
-  c.recvHead = head(prev, remoteConn);
+  c.recvFifo = fifo(own, conn);
+  c.sendFifo = fifo(next, remoteConn);
+  c.recvTail = line(own, conn, 0);
+  c.sendTail = line(next, remoteConn, 0);
+  c.sendHead = line(own, conn, 1);
+  c.recvHead = line(prev, remoteConn, 1);
+  if (conn < res.nchannels) {  // ring channel: the LL connection too
+    auto llFifo = [&](char* base, int c) { return base + l.llFifos + c * l.llFifoBytes; };
+    c.llRecvFifo = llFifo(own, conn);
+    c.llSendFifo = llFifo(next, remoteConn);
+    c.llSendHead = line(own, conn, 2);
+    c.llRecvHead = line(prev, remoteConn, 2);
+  }
   return c;
 }
 
@@ -187,12 +205,11 @@ Status copyTable(const RingSetupContext& ctx, const void* data, size_t bytes,
 Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRank, int nextRank) {
   const int n = res->nranks;
   const int me = ctx.topology->myRank;
-  const int nconn = res->nchannels + n;
   char* own = res->own.base;
   std::vector<algo::RingChannel> table(res->nchannels);
   for (int h = 0; h < res->nchannels; ++h) {
-    table[h] = connectionOf(*res, h, own, res->regions[prevRank].base, res->regions[nextRank].base,
-                            nconn, h);
+    table[h] =
+        connectionOf(*res, h, own, res->regions[prevRank].base, res->regions[nextRank].base, h);
   }
   FERRY_CHECK(
       copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
@@ -204,21 +221,23 @@ Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRa
   std::vector<algo::RingChannel> peers(n);
   for (int q = 0; q < n; ++q) {
     char* theirs = res->regions[q].base;
-    peers[q] =
-        connectionOf(*res, res->nchannels + q, own, theirs, theirs, nconn, res->nchannels + me);
+    peers[q] = connectionOf(*res, res->nchannels + q, own, theirs, theirs, res->nchannels + me);
   }
   return copyTable(ctx, peers.data(), sizeof(algo::RingChannel) * peers.size(), &res->peerChannels);
 }
 
 }  // namespace
 
-uint64_t ringFlagsBytes(int nconn) {
-  uint64_t b = static_cast<uint64_t>(nconn) * 2 * kRingFlagLine;
-  return (b + 4095) / 4096 * 4096;
-}
-
-uint64_t ringRegionBytes(int nconn, uint32_t nslots, uint64_t slotBytes) {
-  return ringFlagsBytes(nconn) + static_cast<uint64_t>(nconn) * nslots * slotBytes;
+RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t nslots, uint64_t slotBytes,
+                                  uint64_t llSlotBytes) {
+  const uint64_t nconn = static_cast<uint64_t>(nchannels) + static_cast<uint64_t>(nranks);
+  RingRegionLayout l;
+  l.llFifos = algo::roundUp(nconn * 3 * kRingFlagLine, 4096);
+  l.llFifoBytes = static_cast<uint64_t>(nslots) * llSlotBytes;
+  l.fifos = algo::roundUp(l.llFifos + static_cast<uint64_t>(nchannels) * l.llFifoBytes, 4096);
+  l.fifoBytes = static_cast<uint64_t>(nslots) * slotBytes;
+  l.bytes = l.fifos + nconn * l.fifoBytes;
+  return l;
 }
 
 Status setupRing(const RingSetupContext& ctx, RingResources* out) {
@@ -233,18 +252,17 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   res.nranks = n;
   res.ringOrder = t.ringOrder;
   res.nchannels = resolveChannels(ctx);
-  FERRY_CHECK(resolveFifo(ctx, &res.nslots, &res.slotBytes));
+  FERRY_CHECK(resolveFifo(ctx, &res));
   for (int i = 0; i < n; ++i) {
     if (t.ringOrder[i] == t.myRank) res.pos = i;
   }
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];
   const int nextRank = t.ringOrder[(res.pos + 1) % n];
   res.shm = useShm(ctx);
-  const int nconn = res.nchannels + n;
-  const uint64_t bytes = ringRegionBytes(nconn, res.nslots, res.slotBytes);
+  const RingRegionLayout layout =
+      ringRegionLayout(res.nchannels, n, res.nslots, res.slotBytes, res.llSlotBytes);
   std::vector<RegionInfo> infos(n);
-  FERRY_CHECK(
-      makeOwnRegion(ctx, bytes, ringFlagsBytes(nconn), res.shm, &res.own, &infos[t.myRank]));
+  FERRY_CHECK(makeOwnRegion(ctx, layout.bytes, layout.fifos, res.shm, &res.own, &infos[t.myRank]));
   res.regions.resize(n);
   res.regions[t.myRank].base = res.own.base;
   if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(infos.data(), sizeof(RegionInfo)));
@@ -257,9 +275,10 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
-             "%d kernel-p2p connections, %u slots of %llu bytes",
+             "%d kernel-p2p connections, %u slots of %llu bytes (LL %llu), %.1f MiB",
              res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n, res.nslots,
-             static_cast<unsigned long long>(res.slotBytes));
+             static_cast<unsigned long long>(res.slotBytes),
+             static_cast<unsigned long long>(res.llSlotBytes), layout.bytes / 1048576.0);
   return ncclSuccess;
 }
 

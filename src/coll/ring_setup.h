@@ -4,9 +4,8 @@
 // protocol is in algo/coll_ring.h). Separate from the SM-free p2p
 // connections, whose control blocks belong to the proxy's protocol.
 //
-// Each rank owns one region: [flags: per connection recvTail, sendHead, each
-// on its own 128-byte line][FIFOs: per connection nslots x slotBytes], for the
-// ring channels and then one connection per peer (kernel point-to-point).
+// Each rank owns one region: flags, LL FIFOs, FIFOs (RingRegionLayout), for
+// the ring channels and then one connection per peer (kernel point-to-point).
 // P2P: the region is device memory, mapped by every same-host rank through
 // IPC (host runtime: memfd). SHM (NCCL_P2P_DISABLE, or no peer access): host shared
 // memory registered with the device. The owner chooses; neighbours follow.
@@ -53,6 +52,7 @@ struct RingResources {
   int nchannels = 0;
   uint32_t nslots = 0;
   uint64_t slotBytes = 0;
+  uint64_t llSlotBytes = 0;
   bool shm = false;  // own region in host shared memory
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds
@@ -77,12 +77,22 @@ struct RingResources {
   }
 };
 
-// Offsets inside a region. "Lines" are the ring channels' followed by the
-// peer connections' (nchannels + nranks connections, two flag lines each);
-// FIFOs follow in the same order.
+// Offsets inside a region (the same on every rank). Connections are the
+// ring channels' followed by the peer connections' (nchannels + nranks);
+// each has three flag lines (tail, head, LL head: only ring channels use
+// the last). Then the LL FIFOs of the ring channels (nslots x llSlotBytes
+// each), then every connection's FIFO (nslots x slotBytes). The flags and
+// LL FIFOs start zeroed (an LL line's flag must never match by accident).
 constexpr uint64_t kRingFlagLine = 128;
-uint64_t ringFlagsBytes(int nconn);
-uint64_t ringRegionBytes(int nconn, uint32_t nslots, uint64_t slotBytes);
+struct RingRegionLayout {
+  uint64_t llFifos = 0;  // offset of the first LL FIFO
+  uint64_t fifos = 0;    // offset of the first FIFO; [0, fifos) zeroed
+  uint64_t bytes = 0;    // whole region
+  uint64_t llFifoBytes = 0;
+  uint64_t fifoBytes = 0;
+};
+RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t nslots, uint64_t slotBytes,
+                                  uint64_t llSlotBytes);
 
 // Builds the ring connections; with one rank only the channel table (no
 // peers). Fails (the communicator's init fails) when a neighbour cannot be

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "algo/coll_ring.h"
 #include "device/coll_platform.cuh"
@@ -24,13 +25,15 @@
 
 namespace ferry::device {
 
-template <class T, int kFn>
+// One kernel per protocol: each path gets its own register allocation
+// (together in one kernel they spilled).
+template <class T, int kFn, int kProto>
 __global__ void __launch_bounds__(kCollKernelThreads, 1) collKernel(algo::CollArgs args) {
   using Op = algo::CollOp<T, kFn>;
-  using Prims = algo::RingPrims<DevicePlatform, T, Op>;
   const int h = static_cast<int>(blockIdx.x);
   // Written by the previous launch (or setup): stream-ordered before us.
-  const algo::RingChannel channel = args.channels[h];
+  // The primitives copy the fields their protocol uses.
+  const algo::RingChannel& channel = args.channels[h];
   // Only PreMulSum has a scalar (device pointer or host value's bits).
   T scalar = algo::scalarFromBits<T>(args.scalarBits);
   if constexpr (kFn == algo::kFnPreMulSum) {
@@ -38,51 +41,60 @@ __global__ void __launch_bounds__(kCollKernelThreads, 1) collKernel(algo::CollAr
   }
   const Op op{scalar, args.nranks, args.avg != 0};
   DevicePlatform::Ctx ctx = DevicePlatform::makeCtx(args, h);
-  const uint64_t sliceElts = algo::sliceEltsFor(args.slotBytes, sizeof(T));
-  Prims prims(ctx, channel, op, args.nslots, sliceElts);
-  if (!algo::runRingChannel(prims, args, h, sliceElts)) {
+  using Prims = std::conditional_t<kProto == algo::kProtoLL, algo::LlPrims<DevicePlatform, T, Op>,
+                                   algo::RingPrims<DevicePlatform, T, Op>>;
+  Prims prims(
+      ctx, channel, op, args.nslots,
+      kProto == algo::kProtoLL ? args.slotBytes : algo::sliceEltsFor(args.slotBytes, sizeof(T)));
+  if (!algo::runRingChannel(prims, args, h)) {
     // Every thread got false from the same wait; thread 0 knows why.
     if (threadIdx.x == 0 && ctx.failure == coll::kWaitTimedOut) __trap();
     return;
   }
-  if (threadIdx.x == 0) {
-    // Plain stores: read by the next launch on this communicator's stream.
-    args.channels[h].sendStep = prims.sendStep();
-    args.channels[h].recvStep = prims.recvStep();
-  }
+  // Plain stores: read by the next launch on this communicator's stream.
+  if (threadIdx.x == 0) prims.saveTo(&args.channels[h]);
 }
 
-// One datatype's kernels by algo::CollFn; nullptr where not instantiated
-// (kFnCopy exists only for int8, in coll_kernels_copy.cu). `name` is for
-// logs ("collKernel<float,sum>").
+// One datatype's kernels by algo::CollProto and algo::CollFn; nullptr where
+// not instantiated (kFnCopy exists only for int8, in coll_kernels_copy.cu).
+// `name` is for logs ("collKernel<float,sum,LL>").
 struct CollTypeKernels {
-  const void* func[algo::kNumCollFns];
-  char name[algo::kNumCollFns][40];
+  const void* func[2][algo::kNumCollFns];
+  char name[2][algo::kNumCollFns][48];
 };
 
 // Defined (explicitly specialized) in coll_kernels_<type>.cu, one per
 // algo::DataType; kernels.cu calls only the ones the build has.
 template <int kType>
 const CollTypeKernels* collTypeKernels();
-// The byte-copy kernel collKernel<int8_t, kFnCopy> (always built).
-const void* collCopyKernel();
+// The byte-copy kernels collKernel<int8_t, kFnCopy, proto> (always built).
+const void* collCopyKernel(int proto);
 
 const char* collFnName(int fn);
 
-// Instantiates the reduction kernels of T (every fn but kFnCopy).
+template <class T, int kProto>
+void addReduceKernels(CollTypeKernels* k, const char* typeName) {
+  auto* f = k->func[kProto];
+  f[algo::kFnSum] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnSum, kProto>);
+  f[algo::kFnProd] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnProd, kProto>);
+  f[algo::kFnMax] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnMax, kProto>);
+  f[algo::kFnMin] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnMin, kProto>);
+  f[algo::kFnPreMulSum] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnPreMulSum, kProto>);
+  for (int fn = 0; fn < algo::kNumCollFns; ++fn) {
+    if (f[fn] != nullptr) {
+      snprintf(k->name[kProto][fn], sizeof(k->name[kProto][fn]), "collKernel<%s,%s,%s>", typeName,
+               collFnName(fn), kProto == algo::kProtoLL ? "LL" : "Simple");
+    }
+  }
+}
+
+// Instantiates the reduction kernels of T (every fn but kFnCopy, both
+// protocols).
 template <class T>
 CollTypeKernels makeReduceKernels(const char* typeName) {
   CollTypeKernels k{};
-  k.func[algo::kFnSum] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnSum>);
-  k.func[algo::kFnProd] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnProd>);
-  k.func[algo::kFnMax] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnMax>);
-  k.func[algo::kFnMin] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnMin>);
-  k.func[algo::kFnPreMulSum] = reinterpret_cast<const void*>(&collKernel<T, algo::kFnPreMulSum>);
-  for (int f = 0; f < algo::kNumCollFns; ++f) {
-    if (k.func[f] != nullptr) {
-      snprintf(k.name[f], sizeof(k.name[f]), "collKernel<%s,%s>", typeName, collFnName(f));
-    }
-  }
+  addReduceKernels<T, algo::kProtoSimple>(&k, typeName);
+  addReduceKernels<T, algo::kProtoLL>(&k, typeName);
   return k;
 }
 

@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "algo/coll_ll.h"
 #include "algo/coll_ring.h"
 
 namespace ferry::device {
@@ -111,6 +112,74 @@ inline __device__ __noinline__ int pollGeq(const uint64_t* flag, uint64_t target
       return kWaitTimedOut;
     }
   }
+}
+
+// ---- LL lines (algo/coll_ll.h) --------------------------------------------
+// A line is read and written as two 8-byte words in one vector access. The
+// memory model makes each 8-byte element of a vector access single-copy
+// atomic (and no more), which is all the protocol needs: data and flag share
+// a word. Relaxed at system scope: strong, so no stale L1 copy is returned,
+// and no fence (the flag travels with the data).
+__device__ __forceinline__ void loadLine(const algo::LlLine* p, uint64_t* a, uint64_t* b) {
+  asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void storeLine(algo::LlLine* p, uint64_t a, uint64_t b) {
+  asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" : : "l"(p), "l"(a), "l"(b) : "memory");
+}
+
+// Line accesses for algo::llLines (coll_ll.h's LlResult equals WaitResult).
+struct LineIo {
+  // Spins until both words of *line carry `flag`. Not inlined: the spin
+  // (abort and clock checks) is the cold path of every read.
+  static __device__ __noinline__ int pollLine(const algo::LlWait& w, const algo::LlLine* line,
+                                              uint32_t flag, uint64_t* data) {
+    uint64_t start = 0;
+    for (uint32_t polls = 1;; ++polls) {
+      uint64_t a;
+      uint64_t b;
+      loadLine(line, &a, &b);
+      if ((a >> 32) == flag && (b >> 32) == flag) {
+        *data = (a & 0xffffffffull) | (b << 32);
+        return kWaitOk;
+      }
+      if ((polls & kPollCheckMask) != 0) continue;
+      if (w.abortFlag != nullptr && *w.abortFlag != 0) return kWaitAborted;
+      if (w.timeoutNs == 0) continue;
+      const uint64_t now = globalTimerNs();
+      if (start == 0) {
+        start = now;
+      } else if (now - start > w.timeoutNs) {
+        return kWaitTimedOut;
+      }
+    }
+  }
+  static __device__ __forceinline__ int read(const algo::LlWait& w, const algo::LlLine* line,
+                                             uint32_t flag, uint64_t* data) {
+    uint64_t a;
+    uint64_t b;
+    loadLine(line, &a, &b);
+    if ((a >> 32) == flag && (b >> 32) == flag) {
+      *data = (a & 0xffffffffull) | (b << 32);
+      return kWaitOk;
+    }
+    return pollLine(w, line, flag, data);
+  }
+  static __device__ __forceinline__ void write(algo::LlLine* line, uint64_t data, uint32_t flag) {
+    const uint64_t f = static_cast<uint64_t>(flag) << 32;
+    storeLine(line, (data & 0xffffffffull) | f, (data >> 32) | f);
+  }
+};
+static_assert(static_cast<int>(algo::kLlTimedOut) == kWaitTimedOut &&
+              static_cast<int>(algo::kLlAborted) == kWaitAborted);
+
+// This thread's lines of an LL step. Not inlined: one copy per (T, Op)
+// instead of one per primitive call site (registers and build time).
+template <class T, class Op>
+__device__ __noinline__ int llLines(algo::LlWait wait, Op op, const T* local,
+                                    const algo::LlLine* recv, uint32_t recvFlag, algo::LlLine* send,
+                                    uint32_t sendFlag, T* dst, uint64_t n, bool final) {
+  return algo::llLines<LineIo, T, Op>(wait, op, local, recv, recvFlag, send, sendFlag, dst, n,
+                                      final, threadIdx.x, blockDim.x);
 }
 
 // ---- element and vector access ----------------------------------------------
@@ -465,6 +534,41 @@ struct DevicePlatform {
     }
     // ... this cumulative system-scope release, read by the peer's acquire.
     if (threadIdx.x == 0) coll::storeReleaseSys(flag, value);
+  }
+
+  // ---- LL (algo/coll_ll.h): thread t takes lines t, t + blockDim.x, ... ----
+  // Ends with one barrier, which also orders every thread's line reads
+  // before postHead. A failure anywhere fails every thread; thread 0 learns
+  // whether any thread timed out (then the kernel traps).
+  template <class T, class Op>
+  __device__ static bool llStep(Ctx& ctx, const Op& op, const T* local, const algo::LlLine* recv,
+                                uint32_t recvFlag, algo::LlLine* send, uint32_t sendFlag, T* dst,
+                                uint64_t n, bool final) {
+    const algo::LlWait wait{ctx.abortFlag, ctx.timeoutNs, ctx.pos, ctx.channel};
+    const int r =
+        coll::llLines<T, Op>(wait, op, local, recv, recvFlag, send, sendFlag, dst, n, final);
+    ctx.synced = true;
+    if (__syncthreads_or(r != coll::kWaitOk) == 0) return true;
+    const int timedOut = __syncthreads_or(r == coll::kWaitTimedOut);
+    if (threadIdx.x == 0) {
+      ctx.failure = timedOut != 0 ? coll::kWaitTimedOut : coll::kWaitAborted;
+      if (timedOut != 0) {
+        printf(
+            "ferry: collective kernel timed out (LL): ring position %d channel %d waited for a "
+            "peer's FIFO line (peer stalled or dead; FERRY_COLL_TIMEOUT)\n",
+            ctx.pos, ctx.channel);
+      }
+    }
+    return false;
+  }
+
+  // After llStep: every thread's reads of the step have returned (each was
+  // checked for its flag before the barrier), so a relaxed store suffices to
+  // let the sender reuse the slot; it avoids a system-scope fence per step.
+  __device__ static void postHead(Ctx&, uint64_t* flag, uint64_t value) {
+    if (threadIdx.x == 0) {
+      asm volatile("st.relaxed.sys.u64 [%0], %1;" : : "l"(flag), "l"(value) : "memory");
+    }
   }
 
   template <class T, class Op>

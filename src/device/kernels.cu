@@ -42,13 +42,16 @@ constexpr TypeKernelsFn kTypeKernels[algo::kNumDataTypes] = {
 std::vector<KernelEntry> makeKernelTable() {
   std::vector<KernelEntry> table;
   table.push_back({"ferryWaitGeqKernel", reinterpret_cast<const void*>(&ferryWaitGeqKernel)});
-  table.push_back({"collKernel<int8,copy>", collCopyKernel()});
+  table.push_back({"collKernel<int8,copy,Simple>", collCopyKernel(algo::kProtoSimple)});
+  table.push_back({"collKernel<int8,copy,LL>", collCopyKernel(algo::kProtoLL)});
   table.push_back({"kernelP2p", p2pKernel()});
   for (TypeKernelsFn get : kTypeKernels) {
     const CollTypeKernels* k = get();
     if (k == nullptr) continue;
-    for (int f = 0; f < algo::kNumCollFns; ++f) {
-      if (k->func[f] != nullptr) table.push_back({k->name[f], k->func[f]});
+    for (int p = 0; p < 2; ++p) {
+      for (int f = 0; f < algo::kNumCollFns; ++f) {
+        if (k->func[p][f] != nullptr) table.push_back({k->name[p][f], k->func[p][f]});
+      }
     }
   }
   return table;
@@ -72,13 +75,14 @@ const void* waitGeqKernel() {
   return reinterpret_cast<const void*>(&ferryWaitGeqKernel);
 }
 
-const void* collKernel(int dataType, int fn) {
-  if (fn == algo::kFnCopy) return dataType == algo::kInt8 ? collCopyKernel() : nullptr;
+const void* collKernel(int dataType, int fn, int proto) {
+  if (proto != algo::kProtoSimple && proto != algo::kProtoLL) return nullptr;
+  if (fn == algo::kFnCopy) return dataType == algo::kInt8 ? collCopyKernel(proto) : nullptr;
   if (dataType < 0 || dataType >= algo::kNumDataTypes || fn < 0 || fn >= algo::kNumCollFns) {
     return nullptr;
   }
   const CollTypeKernels* k = kTypeKernels[dataType]();
-  return k != nullptr ? k->func[fn] : nullptr;
+  return k != nullptr ? k->func[proto][fn] : nullptr;
 }
 
 }  // namespace ferry::device

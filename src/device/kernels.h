@@ -35,13 +35,14 @@ const void* waitGeqKernel();
 // 128 registers per thread (no spills).
 constexpr unsigned kCollKernelThreads = 512;
 
-// The ring collective kernel collKernel<T, fn> (coll_kernels.cuh) for an
-// algo::DataType and algo::CollFn, as cudaLaunchKernel takes it: launch with
+// The ring collective kernel collKernel<T, fn, proto> (coll_kernels.cuh) for
+// an algo::DataType, algo::CollFn and algo::CollProto, as cudaLaunchKernel
+// takes it: launch with
 // grid = args.nchannels, block = kCollKernelThreads and one argument, an
 // algo::CollArgs by value. kFnCopy exists only with kInt8 (byte copies for
 // all-gather and broadcast). nullptr for an unknown pair, or a datatype this
 // build left out (CMake FERRY_KERNEL_TYPES); the copy kernel is always built.
-const void* collKernel(int dataType, int fn);
+const void* collKernel(int dataType, int fn, int proto);
 
 // The kernel point-to-point kernel (p2p_kernel.cu, algo/p2p_kernel.h):
 // grid = args.nblocks, block = kCollKernelThreads, one algo::P2pArgs by value.

@@ -217,12 +217,12 @@ class Runtime {
                                                         std::unique_ptr<Stream>* out) = 0;
   [[nodiscard]] virtual Status createEvent(std::unique_ptr<Event>* out) = 0;
   [[nodiscard]] virtual Status launch(const KernelLaunch& k, Stream& stream) = 0;
-  // The collective kernel for (algo::DataType, algo::CollFn) and its block
-  // size (src/device/kernels.h); ncclInvalidUsage with a WARN when that
+  // The collective kernel for (algo::DataType, algo::CollFn, algo::CollProto)
+  // and its block size (src/device/kernels.h); ncclInvalidUsage with a WARN when that
   // kernel was not built (FERRY_KERNEL_TYPES) or the runtime has no device
   // kernels (host runtime: the collective layer runs its own CPU executor).
   // fn == kP2pKernelFn asks for the kernel point-to-point kernel instead.
-  [[nodiscard]] virtual Status collKernel(int dataType, int fn, const void** func,
+  [[nodiscard]] virtual Status collKernel(int dataType, int fn, int proto, const void** func,
                                           unsigned* threads) = 0;
 
   // Wraps a user's stream handle (not owned; destroying the wrapper does not

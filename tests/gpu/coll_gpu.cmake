@@ -14,6 +14,14 @@ endforeach()
 ferry_gpu_coll_test(gpu.coll.mixed mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_gpu_coll_test(gpu.coll.mixed.kernel mixed ENVIRONMENT NCCL_PASS_SM=0)
 
+# Both protocols at every size: everything through LL (smallest LL FIFO,
+# constant wraparound, odd channel count), and nothing through LL.
+ferry_gpu_coll_test(gpu.coll.matrix.ll matrix)
+set_tests_properties(gpu.coll.matrix.ll PROPERTIES ENVIRONMENT
+  "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_LL_SLOT_BYTES=1K;FERRY_COLL_SLOTS=2;FERRY_COLL_CHANNELS=3;FERRY_COLL_LL_CHANNEL_BYTES=1K")
+ferry_gpu_coll_test(gpu.coll.matrix.simple matrix_quick ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=0)
+ferry_gpu_coll_test(gpu.coll.abort.ll abort ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=1G)
+
 # CUDA graph capture and replay of collectives + kernel-p2p fallback.
 if(FERRY_CUDA)
   add_executable(gpu_coll_graph ${CMAKE_CURRENT_SOURCE_DIR}/gpu/coll_graph.cu)

@@ -43,3 +43,12 @@ ferry_coll_test(coll.stress.tinyfifo.n4 4 stress)
 set_tests_properties(coll.stress.tinyfifo.n4 PROPERTIES
   ENVIRONMENT "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=5;NCCL_PASS_SM=0")
 ferry_coll_test(coll.matrix.shm.n2 2 matrix_quick ENVIRONMENT NCCL_P2P_DISABLE=1)
+# Protocols: every size through LL with the smallest LL FIFO (2 slots of
+# 1 KiB: 32 elements of 16 bytes a step, constant wraparound) over an odd
+# number of channels; the FIFO protocol at the sizes LL takes by default;
+# abort while an LL collective waits.
+ferry_coll_test(coll.matrix.ll.n3 3 matrix)
+set_tests_properties(coll.matrix.ll.n3 PROPERTIES ENVIRONMENT
+  "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_LL_SLOT_BYTES=1K;FERRY_COLL_SLOTS=2;FERRY_COLL_CHANNELS=3;FERRY_COLL_LL_CHANNEL_BYTES=1K")
+ferry_coll_test(coll.matrix.simple.n2 2 matrix_quick ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=0)
+ferry_coll_test(coll.abort.ll.n3 3 abort ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=1G)

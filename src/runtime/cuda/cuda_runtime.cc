@@ -306,14 +306,15 @@ class CudaRuntime final : public Runtime {
   }
   bool lazyModuleLoading() override { return cuda::lazyModuleLoading(); }
   Status preloadKernels() override { return cuda::preloadKernels(); }
-  Status collKernel(int dataType, int fn, const void** func, unsigned* threads) override {
-    *func = fn == kP2pKernelFn ? device::p2pKernel() : device::collKernel(dataType, fn);
+  Status collKernel(int dataType, int fn, int proto, const void** func,
+                    unsigned* threads) override {
+    *func = fn == kP2pKernelFn ? device::p2pKernel() : device::collKernel(dataType, fn, proto);
     *threads = device::kCollKernelThreads;
     if (*func == nullptr) {
       FERRY_FAIL(ncclInvalidUsage,
-                 "no collective kernel for datatype %d / function %d in this build "
-                 "(FERRY_KERNEL_TYPES restricts the kernel set)",
-                 dataType, fn);
+                 "no collective kernel for datatype %d / function %d / protocol %d in this "
+                 "build (FERRY_KERNEL_TYPES restricts the kernel set)",
+                 dataType, fn, proto);
     }
     return ncclSuccess;
   }

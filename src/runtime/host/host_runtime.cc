@@ -201,7 +201,7 @@ class HostRuntime final : public Runtime {
   }
 
   Status launch(const KernelLaunch& k, Stream& stream) override;
-  Status collKernel(int, int, const void**, unsigned*) override {
+  Status collKernel(int, int, int, const void**, unsigned*) override {
     FERRY_FAIL(ncclInvalidUsage, "the host runtime has no device kernels");
   }
 
