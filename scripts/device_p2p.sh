@@ -135,6 +135,31 @@ for s in $stages; do
         -b 8 -e 8M -f 4 -w 5 -n 20 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
     done
     ;;
+  arsweep)
+    # Channels for large all-reduce (Ferry only).
+    stage arsweep
+    for c in 32 48 64; do
+      echo "--- channels $c"
+      FERRY_COLL_CHANNELS=$c timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce \
+        -b 32M -e 1G -f 8 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+    done
+    ;;
+  p2pmode)
+    # SM-free sendrecv at mid sizes: lazy vs eager loading, staged sends on/off.
+    stage p2pmode
+    for v in "LAZY 1" "EAGER 1" "EAGER 0"; do
+      set -- $v
+      echo "--- CUDA_MODULE_LOADING=$1 FERRY_P2P_STAGE_SENDS=$2"
+      CUDA_MODULE_LOADING=$1 FERRY_P2P_STAGE_SENDS=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench sendrecv \
+        -b 256K -e 64M -f 4 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+    done
+    ;;
+  arfine)
+    stage arfine
+    timeout 120 $run --timeout 110 $b/bench/ferry-bench all_reduce -b 8 -e 16M -f 2 -w 5 -n 20 --inplace no \
+      --lib $b/libnccl.so.2 --compare "$nccl" --json "$out/arfine.json" >"$out/arfine.txt" 2>&1
+    echo "arfine exit $?"; grep -v "^\[1\]" "$out/arfine.txt" | grep -v INFO | tail -30
+    ;;
   torch)
     stage torch
     LD_PRELOAD=$b/libnccl.so.2 timeout 120 python3 -m torch.distributed.run --nproc-per-node 2 \

@@ -63,10 +63,10 @@
   X(CollLlSlotBytes, "FERRY_COLL_LL_SLOT_BYTES", Int, "0",                                         \
     "Bytes per LL (low-latency protocol) FIFO slot, half of them payload (multiple of 32); 0: "   \
     "64K on CUDA, 4K on the host runtime.")                                                       \
-  X(CollLlMaxBytes, "FERRY_COLL_LL_MAX_BYTES", Int, "256K",                                        \
+  X(CollLlMaxBytes, "FERRY_COLL_LL_MAX_BYTES", Int, "1M",                                        \
     "Collectives of at most this many bytes (all ranks' data for all-gather/reduce-scatter) use " \
     "the LL protocol (flag in every line, no fences), larger ones the FIFO protocol. 0: never.")  \
-  X(CollLlChannelBytes, "FERRY_COLL_LL_CHANNEL_BYTES", Int, "16K",                                 \
+  X(CollLlChannelBytes, "FERRY_COLL_LL_CHANNEL_BYTES", Int, "4K",                                 \
     "An LL collective takes one channel per this many bytes (at least 1, at most all).")          \
   X(CollTimeout, "FERRY_COLL_TIMEOUT", Int, "1800",                                                \
     "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).")
