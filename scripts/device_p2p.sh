@@ -154,6 +154,22 @@ for s in $stages; do
         -b 256K -e 64M -f 4 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
     done
     ;;
+  chsweep)
+    # Channels x slot size for large collectives (Ferry only).
+    stage chsweep
+    for v in "32 512K" "64 256K" "64 512K" "48 256K"; do
+      set -- $v
+      echo "--- channels $1 slot $2"
+      FERRY_COLL_CHANNELS=$1 FERRY_COLL_SLOT_BYTES=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce,all_gather,reduce_scatter \
+        -b 32M -e 1G -f 8 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+    done
+    ;;
+  bcast)
+    stage bcast
+    timeout 60 $run --timeout 55 $b/bench/ferry-bench broadcast,reduce -b 64K -e 4M -f 2 -w 5 -n 20 --inplace no \
+      --lib $b/libnccl.so.2 --compare "$nccl" >"$out/bcast.txt" 2>&1
+    echo "bcast exit $?"; grep -v "^\[1\]" "$out/bcast.txt" | grep -E "^\[0\] +[0-9]" | tail -14
+    ;;
   arfine)
     stage arfine
     timeout 120 $run --timeout 110 $b/bench/ferry-bench all_reduce -b 8 -e 16M -f 2 -w 5 -n 20 --inplace no \
