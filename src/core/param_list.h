@@ -55,14 +55,14 @@
     "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
     "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
-    "Ring channels per communicator for collective kernels (one thread block each); 0: 32 on "  \
+    "Ring channels per communicator for collective kernels (one thread block each); 0: 64 on "  \
     "CUDA, 2 on the host runtime.")                                                               \
   X(CollSlots, "FERRY_COLL_SLOTS", Int, "8", "FIFO slots per collective channel (even, 2..64).") \
   X(CollSlotBytes, "FERRY_COLL_SLOT_BYTES", Int, "0",                                              \
-    "Bytes per collective FIFO slot (multiple of 16); 0: 512K on CUDA, 64K on the host runtime.") \
+    "Bytes per collective FIFO slot (multiple of 16); 0: 256K on CUDA, 64K on the host runtime.") \
   X(CollLlSlotBytes, "FERRY_COLL_LL_SLOT_BYTES", Int, "0",                                         \
     "Bytes per LL (low-latency protocol) FIFO slot, half of them payload (multiple of 32); 0: "   \
-    "64K on CUDA, 4K on the host runtime.")                                                       \
+    "32K on CUDA, 4K on the host runtime.")                                                       \
   X(CollLlMaxBytes, "FERRY_COLL_LL_MAX_BYTES", Int, "1M",                                        \
     "Collectives of at most this many bytes (all ranks' data for all-gather/reduce-scatter) use " \
     "the LL protocol (flag in every line, no fences), larger ones the FIFO protocol. 0: never.")  \
