@@ -18,8 +18,11 @@
 // (RingChannel::ll*) and FIFO of nslots slots; the receiver publishes
 // llRecvHead = k + 1 after every thread's reads of step k (a relaxed store:
 // the reads have returned their values, each checked for its flag, before
-// the barrier that precedes the store), and a sender waits llSendHead >=
-// k + 1 - nslots before overwriting slot k % nslots (acquire).
+// the barrier that precedes the store), and before overwriting slot
+// k % nslots every executor thread that writes lines of step k waits for
+// llSendHead >= k + 1 - nslots itself (no barrier). Its line stores depend
+// on the value it read (no store is performed speculatively), so they cannot
+// reach the receiver before the reads that head acknowledges.
 //
 // Platform additions to the concept of coll_ring.h:
 //   // Every thread of the executor calls; its threads split the step's
@@ -27,8 +30,8 @@
 //   // lines were read; false in every thread on abort or timeout.
 //   template <class T, class Op>
 //   static bool llStep(Ctx&, const Op&, const T* local, const LlLine* recv,
-//                      uint32_t recvFlag, LlLine* send, uint32_t sendFlag,
-//                      T* dst, uint64_t n, bool final);
+//                      uint32_t recvFlag, const LlSendTo& send, T* dst,
+//                      uint64_t n, bool final);
 //   // After llStep: publishes the receive head (see Flow control).
 //   static void postHead(Ctx&, uint64_t* flag, uint64_t value);
 #pragma once
@@ -129,19 +132,35 @@ struct LlWait {
 };
 enum LlResult : int { kLlOk = 0, kLlAborted = 1, kLlTimedOut = 2 };
 
+// The send side of one step: where the lines go, their flag, and the head
+// each writing thread must see first (head == nullptr: the slot is known
+// free, i.e. within the first nslots steps).
+struct LlSendTo {
+  LlLine* lines;  // nullptr: this step sends nothing
+  const uint64_t* head;
+  uint64_t headMin;
+  uint32_t flag;
+};
+
 // One executor thread's share of a step: lines first, first + stride, ...
 // Io provides the line accesses:
 //   static int read(const LlWait&, const LlLine*, uint32_t flag, uint64_t* data);
 //     spins until both words carry `flag`; an LlResult.
 //   static void write(LlLine*, uint64_t data, uint32_t flag);
-// Returns kLlOk, or the result of the read that failed (the rest skipped).
+//   static int waitHead(const LlWait&, const uint64_t* head, uint64_t min);
+//     spins until *head >= min; an LlResult.
+// Returns kLlOk, or the result of the wait that failed (the rest skipped).
 template <class Io, class T, class Op>
 FERRY_HD int llLines(const LlWait& wait, const Op& op, const T* local, const LlLine* recv,
-                     uint32_t recvFlag, LlLine* send, uint32_t sendFlag, T* dst, uint64_t n,
-                     bool final, uint64_t first, uint64_t stride) {
+                     uint32_t recvFlag, const LlSendTo& send, T* dst, uint64_t n, bool final,
+                     uint64_t first, uint64_t stride) {
   static_assert(sizeof(T) <= kLlPayloadBytes, "an element fits one line");
   constexpr uint64_t kPer = kLlPayloadBytes / sizeof(T);
   const uint64_t nwords = ceilDiv(n, kPer);
+  if (send.lines != nullptr && send.head != nullptr && first < nwords) {
+    const int r = Io::waitHead(wait, send.head, send.headMin);
+    if (r != kLlOk) return r;
+  }
   for (uint64_t w = first; w < nwords; w += stride) {
     const uint32_t valid = static_cast<uint32_t>(minU64(kPer, n - w * kPer));
     uint64_t f = 0;
@@ -151,7 +170,7 @@ FERRY_HD int llLines(const LlWait& wait, const Op& op, const T* local, const LlL
     }
     const uint64_t l = local != nullptr ? llLoadElts(local + w * kPer, valid) : 0;
     const uint64_t v = llApply<T, Op>(op, local != nullptr, l, recv != nullptr, f, final);
-    if (send != nullptr) Io::write(send + w, v, sendFlag);
+    if (send.lines != nullptr) Io::write(send.lines + w, v, send.flag);
     if (dst != nullptr) llStoreElts(dst + w * kPer, v, valid);
   }
   return kLlOk;
@@ -207,15 +226,19 @@ class LlPrims {
     if (sliceElts_ == 0) return n == 0;  // setup refuses such slots; never spin
     for (uint64_t off = 0; off < n; off += sliceElts_) {
       const uint64_t m = minU64(sliceElts_, n - off);
-      // Slot k is free once the receiver drained step k - nslots (acquire).
-      if (send && ch_.llSendStep + 1 > nslots_ &&
-          !P::waitGeq(ctx_, ch_.llSendHead, ch_.llSendStep + 1 - nslots_)) {
-        return false;
+      // Slot k is free once the receiver drained step k - nslots: the
+      // writing threads check that themselves (see Flow control).
+      LlSendTo to{nullptr, nullptr, 0, llFlag(ch_.llSendStep)};
+      if (send) {
+        to.lines = slot(ch_.llSendFifo, ch_.llSendStep);
+        if (ch_.llSendStep + 1 > nslots_) {
+          to.head = ch_.llSendHead;
+          to.headMin = ch_.llSendStep + 1 - nslots_;
+        }
       }
       const LlLine* r = recv ? slot(ch_.llRecvFifo, ch_.llRecvStep) : nullptr;
-      LlLine* s = send ? slot(ch_.llSendFifo, ch_.llSendStep) : nullptr;
       if (!P::template llStep<T, Op>(ctx_, op_, in != nullptr ? in + off : nullptr, r,
-                                     llFlag(ch_.llRecvStep), s, llFlag(ch_.llSendStep),
+                                     llFlag(ch_.llRecvStep), to,
                                      out != nullptr ? out + off : nullptr, m, final)) {
         return false;
       }

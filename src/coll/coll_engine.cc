@@ -13,6 +13,7 @@ namespace {
 
 constexpr int kNumBuiltinOps = 5;  // ncclSum .. ncclAvg
 constexpr int kMaxUserOps = 1 << 16;
+constexpr uint64_t kLlMaxThreads = 512;  // device/kernels.h kCollKernelThreads
 
 const char* collName(int coll) {
   static const char* const names[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
@@ -106,8 +107,10 @@ Status CollEngine::destroyOp(int op) {
   return ncclSuccess;
 }
 
-Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType) const {
+Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType,
+                            unsigned* threads) const {
   memset(a, 0, sizeof(*a));
+  *threads = 0;
   const bool copy = t.coll == algo::kCollAllGather || t.coll == algo::kCollBroadcast;
   const uint64_t elt = algo::typeBytes(t.dataType);
   a->coll = t.coll;
@@ -127,6 +130,12 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
   a->slotBytes = a->proto == algo::kProtoLL ? ring_.llSlotBytes : ring_.slotBytes;
   a->nchannels =
       channelsFor(bytes, a->proto == algo::kProtoLL ? llChannelBytes_ : 64 << 10, ring_.nchannels);
+  if (a->proto == algo::kProtoLL) {
+    // One thread per LL line of a channel's share, in whole warps: a tiny
+    // collective's block is one warp (cheap barriers, fast launch).
+    const uint64_t lines = algo::ceilDiv(bytes, static_cast<uint64_t>(a->nchannels) * 8);
+    *threads = static_cast<unsigned>(std::min<uint64_t>(kLlMaxThreads, algo::roundUp(lines, 32)));
+  }
   a->sendbuff = t.sendbuff;
   a->recvbuff = t.recvbuff;
   a->channels = ring_.channelArray();
@@ -175,7 +184,8 @@ Status CollEngine::orderAfterPrevious(rt::Stream& stream, void* handle, bool* ca
 Status CollEngine::launchOne(const CollTask& t) {
   algo::CollArgs args;
   int kernelType = 0;
-  FERRY_CHECK(fillArgs(t, &args, &kernelType));
+  unsigned threads = 0;
+  FERRY_CHECK(fillArgs(t, &args, &kernelType, &threads));
   std::unique_ptr<rt::Stream> stream;
   FERRY_CHECK(runtime_->wrapUserStream(t.stream, &stream));
   bool capturing = false;
@@ -193,6 +203,7 @@ Status CollEngine::launchOne(const CollTask& t) {
     k.hostReturnsStatus = true;
   } else {
     FERRY_CHECK(runtime_->collKernel(kernelType, args.fn, args.proto, &k.func, &k.block[0]));
+    if (threads != 0 && threads < k.block[0]) k.block[0] = threads;
     k.numArgs = 1;
   }
   FERRY_INFO(kLogColl, "%s: count %llu type %d op %d root %d, %s, %d channels, stream %p",

@@ -82,7 +82,9 @@ class CollEngine {
     const void* ptr = nullptr;
   };
   CollEngine() = default;
-  [[nodiscard]] Status fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType) const;
+  // *threads: the block size for this launch (0: the kernel's default).
+  [[nodiscard]] Status fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType,
+                                unsigned* threads) const;
   [[nodiscard]] Status launchOne(const CollTask& t);
   [[nodiscard]] Status orderAfterPrevious(rt::Stream& stream, void* handle, bool* capturing);
   [[nodiscard]] Status recordLaunch(rt::Stream& stream, void* handle);

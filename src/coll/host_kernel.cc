@@ -88,6 +88,13 @@ struct HostPlatform {
       *data = (a & 0xffffffffULL) | (b << 32);
       return ok ? algo::kLlOk : ctx.timedOut ? algo::kLlTimedOut : algo::kLlAborted;
     }
+    // Acquire (free on x86): pairs with the receiver's head store.
+    static int waitHead(const algo::LlWait& w, const uint64_t* head, uint64_t min) {
+      Ctx ctx{w.abortFlag, w.timeoutNs, w.channel, w.pos};
+      return waitGeq(ctx, head, min) ? algo::kLlOk
+             : ctx.timedOut          ? algo::kLlTimedOut
+                                     : algo::kLlAborted;
+    }
     static void write(algo::LlLine* line, uint64_t data, uint32_t flag) {
       const uint64_t f = static_cast<uint64_t>(flag) << 32;
       std::atomic_ref<uint64_t>(line->word[0])
@@ -98,11 +105,11 @@ struct HostPlatform {
 
   template <class T, class Op>
   static bool llStep(Ctx& ctx, const Op& op, const T* local, const algo::LlLine* recv,
-                     uint32_t recvFlag, algo::LlLine* send, uint32_t sendFlag, T* dst, uint64_t n,
+                     uint32_t recvFlag, const algo::LlSendTo& send, T* dst, uint64_t n,
                      bool final) {
     const algo::LlWait wait{ctx.abortFlag, ctx.timeoutNs, ctx.pos, ctx.channel};
-    const int r = algo::llLines<LineIo, T, Op>(wait, op, local, recv, recvFlag, send, sendFlag, dst,
-                                               n, final, 0, 1);
+    const int r =
+        algo::llLines<LineIo, T, Op>(wait, op, local, recv, recvFlag, send, dst, n, final, 0, 1);
     if (r == algo::kLlTimedOut) ctx.timedOut = true;
     return r == algo::kLlOk;
   }

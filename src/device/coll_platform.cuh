@@ -164,6 +164,28 @@ struct LineIo {
     }
     return pollLine(w, line, flag, data);
   }
+  // Each writing thread polls the (local) head itself: no barrier. Relaxed:
+  // see coll_ll.h's Flow control for why the line stores stay behind it.
+  static __device__ __forceinline__ int waitHead(const algo::LlWait& w, const uint64_t* head,
+                                                 uint64_t min) {
+    return loadRelaxedSys(head) >= min ? kWaitOk : pollHead(w, head, min);
+  }
+  static __device__ __noinline__ int pollHead(const algo::LlWait& w, const uint64_t* head,
+                                              uint64_t min) {
+    uint64_t start = 0;
+    for (uint32_t polls = 1;; ++polls) {
+      if (loadRelaxedSys(head) >= min) return kWaitOk;
+      if ((polls & kPollCheckMask) != 0) continue;
+      if (w.abortFlag != nullptr && *w.abortFlag != 0) return kWaitAborted;
+      if (w.timeoutNs == 0) continue;
+      const uint64_t now = globalTimerNs();
+      if (start == 0) {
+        start = now;
+      } else if (now - start > w.timeoutNs) {
+        return kWaitTimedOut;
+      }
+    }
+  }
   static __device__ __forceinline__ void write(algo::LlLine* line, uint64_t data, uint32_t flag) {
     const uint64_t f = static_cast<uint64_t>(flag) << 32;
     storeLine(line, (data & 0xffffffffull) | f, (data >> 32) | f);
@@ -176,10 +198,10 @@ static_assert(static_cast<int>(algo::kLlTimedOut) == kWaitTimedOut &&
 // instead of one per primitive call site (registers and build time).
 template <class T, class Op>
 __device__ __noinline__ int llLines(algo::LlWait wait, Op op, const T* local,
-                                    const algo::LlLine* recv, uint32_t recvFlag, algo::LlLine* send,
-                                    uint32_t sendFlag, T* dst, uint64_t n, bool final) {
-  return algo::llLines<LineIo, T, Op>(wait, op, local, recv, recvFlag, send, sendFlag, dst, n,
-                                      final, threadIdx.x, blockDim.x);
+                                    const algo::LlLine* recv, uint32_t recvFlag,
+                                    algo::LlSendTo send, T* dst, uint64_t n, bool final) {
+  return algo::llLines<LineIo, T, Op>(wait, op, local, recv, recvFlag, send, dst, n, final,
+                                      threadIdx.x, blockDim.x);
 }
 
 // ---- element and vector access ----------------------------------------------
@@ -542,11 +564,10 @@ struct DevicePlatform {
   // whether any thread timed out (then the kernel traps).
   template <class T, class Op>
   __device__ static bool llStep(Ctx& ctx, const Op& op, const T* local, const algo::LlLine* recv,
-                                uint32_t recvFlag, algo::LlLine* send, uint32_t sendFlag, T* dst,
-                                uint64_t n, bool final) {
+                                uint32_t recvFlag, const algo::LlSendTo& send, T* dst, uint64_t n,
+                                bool final) {
     const algo::LlWait wait{ctx.abortFlag, ctx.timeoutNs, ctx.pos, ctx.channel};
-    const int r =
-        coll::llLines<T, Op>(wait, op, local, recv, recvFlag, send, sendFlag, dst, n, final);
+    const int r = coll::llLines<T, Op>(wait, op, local, recv, recvFlag, send, dst, n, final);
     ctx.synced = true;
     if (__syncthreads_or(r != coll::kWaitOk) == 0) return true;
     const int timedOut = __syncthreads_or(r == coll::kWaitTimedOut);
