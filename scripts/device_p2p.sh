@@ -178,6 +178,15 @@ for s in $stages; do
       done
     done
     ;;
+  bcastdiag)
+    # Broadcast alone, three times, then reduce (same pipeline shape) once.
+    stage bcastdiag
+    for op in broadcast broadcast broadcast reduce; do
+      echo "--- $op"
+      timeout 40 $run --timeout 35 $b/bench/ferry-bench $op -b 256K -e 16M -f 8 -w 5 -n 20 --inplace no \
+        --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+    done
+    ;;
   arfine)
     stage arfine
     timeout 120 $run --timeout 110 $b/bench/ferry-bench all_reduce -b 8 -e 16M -f 2 -w 5 -n 20 --inplace no \
