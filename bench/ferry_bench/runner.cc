@@ -240,6 +240,29 @@ bool launchMany(Context& ctx, const OpCase& op, const std::vector<Shape>& shapes
   return true;
 }
 
+// Lines every rank up before a timed loop: a one-byte in-place all-reduce
+// on each device's larger buffer, then a sync. The warm-up launches do not
+// do that for one-directional ops (broadcast, reduce, sendrecv): a sender may
+// run as many launches ahead as its peer's FIFO holds, so a rank that spent
+// longer verifying (the root of a reduce) starts timing late and its peer's
+// times include the wait (measured: broadcast and reduce times 4-30x too
+// long, on one root only). Best effort: a library that refuses it is timed
+// without.
+void lineUpRanks(Context& ctx, const std::vector<Placement>& where) {
+  const bool group = ctx.devices.size() > 1;
+  ncclResult_t r = group ? ctx.lib.groupStart() : ncclSuccess;
+  for (size_t i = 0; r == ncclSuccess && i < ctx.devices.size(); ++i) {
+    DeviceBuffer* b =
+        where[i].recvBuf->size() >= where[i].sendBuf->size() ? where[i].recvBuf : where[i].sendBuf;
+    if (b->size() == 0) continue;
+    r = ctx.lib.allReduce(b->data(), b->data(), 1, ncclInt8, ncclMax, ctx.comms.comms[i],
+                          ctx.streams[i].get());
+  }
+  if (group) (void)ctx.lib.groupEnd();
+  std::string ignored;
+  (void)syncAll(ctx, &ignored);
+}
+
 bool timePlacement(Context& ctx, const OpCase& op, const std::vector<Shape>& shapes,
                    const std::vector<Placement>& where, Measure* m, bool* launched,
                    std::string* error) {
@@ -247,7 +270,11 @@ bool timePlacement(Context& ctx, const OpCase& op, const std::vector<Shape>& sha
   for (const Stream& s : ctx.streams) streams.push_back(&s);
   StreamTimer timer;
   if (!launchMany(ctx, op, shapes, where, ctx.opt.warmup, launched, error) ||
-      !syncAll(ctx, error) || !timer.init(ctx.devices, streams, error) || !timer.start(error) ||
+      !syncAll(ctx, error)) {
+    return false;
+  }
+  lineUpRanks(ctx, where);
+  if (!timer.init(ctx.devices, streams, error) || !timer.start(error) ||
       !launchMany(ctx, op, shapes, where, ctx.opt.iters, launched, error) || !timer.stop(error)) {
     return false;
   }
