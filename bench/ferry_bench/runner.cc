@@ -242,7 +242,7 @@ bool launchMany(Context& ctx, const OpCase& op, const std::vector<Shape>& shapes
 
 // Lines every rank up before a timed loop: a one-byte in-place all-reduce
 // on each device's larger buffer, then a sync. The warm-up launches do not
-// do that for one-directional ops (broadcast, reduce, sendrecv): a sender may
+// do that for one-directional ops (broadcast, reduce): a sender may
 // run as many launches ahead as its peer's FIFO holds, so a rank that spent
 // longer verifying (the root of a reduce) starts timing late and its peer's
 // times include the wait (measured: broadcast and reduce times 4-30x too
