@@ -178,7 +178,7 @@ FERRY_HD int llLines(const LlWait& wait, const Op& op, const T* local, const LlL
 
 // The LL primitives of one channel; the same interface as RingPrims.
 template <class P, class T, class Op>
-class LlPrims {
+class LlPrims : public PrimOps<LlPrims<P, T, Op>, T> {
  public:
   using Elt = T;
   FERRY_HD LlPrims(typename P::Ctx& ctx, const RingChannel& ch, const Op& op, uint32_t nslots,
@@ -192,21 +192,6 @@ class LlPrims {
         sliceElts_(llSliceElts(llSlotBytes, sizeof(T))) {}
 
   FERRY_HD uint64_t sliceElts() const { return sliceElts_; }
-  FERRY_HD bool send(const T* in, uint64_t n) { return run(in, false, true, nullptr, n, false); }
-  FERRY_HD bool copySend(const T* in, T* out, uint64_t n) {
-    return run(in, false, true, out, n, false);
-  }
-  FERRY_HD bool recvReduceSend(const T* in, uint64_t n) {
-    return run(in, true, true, nullptr, n, false);
-  }
-  FERRY_HD bool recvReduceCopySend(const T* in, T* out, uint64_t n) {
-    return run(in, true, true, out, n, true);
-  }
-  FERRY_HD bool recvReduceCopy(const T* in, T* out, uint64_t n) {
-    return run(in, true, false, out, n, true);
-  }
-  FERRY_HD bool recvCopySend(T* out, uint64_t n) { return run(nullptr, true, true, out, n, false); }
-  FERRY_HD bool recv(T* out, uint64_t n) { return run(nullptr, true, false, out, n, false); }
   FERRY_HD void localCopy(const T* in, T* out, uint64_t n, bool reduction) {
     P::template reduceCopy<T, Op>(ctx_, op_, in, nullptr, out, nullptr, n, reduction);
   }
@@ -217,12 +202,15 @@ class LlPrims {
   }
 
  private:
+  friend class PrimOps<LlPrims, T>;
   FERRY_HD LlLine* slot(char* fifo, uint64_t step) const {
     return reinterpret_cast<LlLine*>(fifo) + (step % nslots_) * slotLines_;
   }
   // Out of line: the ring schedule calls it from many places.
-  FERRY_HD FERRY_NOINLINE bool run(const T* in, bool recv, bool send, T* out, uint64_t n,
-                                   bool final) {
+  FERRY_HD FERRY_NOINLINE bool run(const T* in, uint32_t what, T* out, uint64_t n) {
+    const bool recv = (what & kRecv) != 0;
+    const bool send = (what & kSend) != 0;
+    const bool final = (what & kFinal) != 0;
     if (sliceElts_ == 0) return n == 0;  // setup refuses such slots; never spin
     for (uint64_t off = 0; off < n; off += sliceElts_) {
       const uint64_t m = minU64(sliceElts_, n - off);

@@ -178,8 +178,33 @@ FERRY_HD inline uint64_t sliceEltsFor(uint64_t slotBytes, uint32_t eltBytes) {
 // What a primitive does (RingPrims/LlPrims::run).
 enum PrimBits : uint32_t { kRecv = 1, kSend = 2, kFinal = 4 };
 
+// The primitives as runRingChannel calls them, mapped onto one
+// Derived::run(in, what, out, n) (RingPrims here, LlPrims in coll_ll.h).
+template <class Derived, class T>
+class PrimOps {
+ public:
+  FERRY_HD bool send(const T* in, uint64_t n) { return self().run(in, kSend, nullptr, n); }
+  FERRY_HD bool copySend(const T* in, T* out, uint64_t n) { return self().run(in, kSend, out, n); }
+  FERRY_HD bool recvReduceSend(const T* in, uint64_t n) {
+    return self().run(in, kRecv | kSend, nullptr, n);
+  }
+  FERRY_HD bool recvReduceCopySend(const T* in, T* out, uint64_t n) {
+    return self().run(in, kRecv | kSend | kFinal, out, n);
+  }
+  FERRY_HD bool recvReduceCopy(const T* in, T* out, uint64_t n) {
+    return self().run(in, kRecv | kFinal, out, n);
+  }
+  FERRY_HD bool recvCopySend(T* out, uint64_t n) {
+    return self().run(nullptr, kRecv | kSend, out, n);
+  }
+  FERRY_HD bool recv(T* out, uint64_t n) { return self().run(nullptr, kRecv, out, n); }
+
+ private:
+  FERRY_HD Derived& self() { return *static_cast<Derived*>(this); }
+};
+
 template <class P, class T, class Op>
-class RingPrims {
+class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
  public:
   using Elt = T;
   FERRY_HD RingPrims(typename P::Ctx& ctx, const RingChannel& ch, const Op& op, uint32_t nslots,
@@ -192,20 +217,6 @@ class RingPrims {
         sliceElts_(sliceElts) {}
 
   FERRY_HD uint64_t sliceElts() const { return sliceElts_; }
-
-  FERRY_HD bool send(const T* in, uint64_t n) { return run(in, kSend, nullptr, n); }
-  FERRY_HD bool copySend(const T* in, T* out, uint64_t n) { return run(in, kSend, out, n); }
-  FERRY_HD bool recvReduceSend(const T* in, uint64_t n) {
-    return run(in, kRecv | kSend, nullptr, n);
-  }
-  FERRY_HD bool recvReduceCopySend(const T* in, T* out, uint64_t n) {
-    return run(in, kRecv | kSend | kFinal, out, n);
-  }
-  FERRY_HD bool recvReduceCopy(const T* in, T* out, uint64_t n) {
-    return run(in, kRecv | kFinal, out, n);
-  }
-  FERRY_HD bool recvCopySend(T* out, uint64_t n) { return run(nullptr, kRecv | kSend, out, n); }
-  FERRY_HD bool recv(T* out, uint64_t n) { return run(nullptr, kRecv, out, n); }
   // One rank, or the root's local part: out = post(pre(in)).
   FERRY_HD void localCopy(const T* in, T* out, uint64_t n, bool reduction) {
     P::template reduceCopy<T, Op>(ctx_, op_, in, nullptr, out, nullptr, n, reduction);
@@ -220,6 +231,7 @@ class RingPrims {
   }
 
  private:
+  friend class PrimOps<RingPrims, T>;
   FERRY_HD T* slot(char* fifo, uint64_t step) const {
     return reinterpret_cast<T*>(fifo + (step % nslots_) * (sliceElts_ * sizeof(T)));
   }

@@ -127,6 +127,21 @@ __device__ __forceinline__ void storeLine(algo::LlLine* p, uint64_t a, uint64_t 
   asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" : : "l"(p), "l"(a), "l"(b) : "memory");
 }
 
+// In an LL spin, every kPollCheckMask + 1 polls: the abort word, then the
+// clock (*start: the first look's time). kWaitOk: keep spinning.
+__device__ __forceinline__ int checkLlWait(const algo::LlWait& w, uint32_t polls, uint64_t* start) {
+  if ((polls & kPollCheckMask) != 0) return kWaitOk;
+  if (w.abortFlag != nullptr && *w.abortFlag != 0) return kWaitAborted;
+  if (w.timeoutNs == 0) return kWaitOk;
+  const uint64_t now = globalTimerNs();
+  if (*start == 0) {
+    *start = now;
+  } else if (now - *start > w.timeoutNs) {
+    return kWaitTimedOut;
+  }
+  return kWaitOk;
+}
+
 // Line accesses for algo::llLines (coll_ll.h's LlResult equals WaitResult).
 struct LineIo {
   // Spins until both words of *line carry `flag`. Not inlined: the spin
@@ -142,15 +157,8 @@ struct LineIo {
         *data = (a & 0xffffffffull) | (b << 32);
         return kWaitOk;
       }
-      if ((polls & kPollCheckMask) != 0) continue;
-      if (w.abortFlag != nullptr && *w.abortFlag != 0) return kWaitAborted;
-      if (w.timeoutNs == 0) continue;
-      const uint64_t now = globalTimerNs();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > w.timeoutNs) {
-        return kWaitTimedOut;
-      }
+      const int r = checkLlWait(w, polls, &start);
+      if (r != kWaitOk) return r;
     }
   }
   static __device__ __forceinline__ int read(const algo::LlWait& w, const algo::LlLine* line,
@@ -175,15 +183,8 @@ struct LineIo {
     uint64_t start = 0;
     for (uint32_t polls = 1;; ++polls) {
       if (loadRelaxedSys(head) >= min) return kWaitOk;
-      if ((polls & kPollCheckMask) != 0) continue;
-      if (w.abortFlag != nullptr && *w.abortFlag != 0) return kWaitAborted;
-      if (w.timeoutNs == 0) continue;
-      const uint64_t now = globalTimerNs();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > w.timeoutNs) {
-        return kWaitTimedOut;
-      }
+      const int r = checkLlWait(w, polls, &start);
+      if (r != kWaitOk) return r;
     }
   }
   static __device__ __forceinline__ void write(algo::LlLine* line, uint64_t data, uint32_t flag) {
