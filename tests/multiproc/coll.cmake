@@ -52,3 +52,9 @@ set_tests_properties(coll.matrix.ll.n3 PROPERTIES ENVIRONMENT
   "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_LL_SLOT_BYTES=1K;FERRY_COLL_SLOTS=2;FERRY_COLL_CHANNELS=3;FERRY_COLL_LL_CHANNEL_BYTES=1K")
 ferry_coll_test(coll.matrix.simple.n2 2 matrix_quick ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=0)
 ferry_coll_test(coll.abort.ll.n3 3 abort ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=1G)
+# Every collective wait has a limit: a rank that never joins makes the
+# others' streams fail after FERRY_COLL_TIMEOUT, in both protocols.
+ferry_coll_test(coll.timeout.ll.n3 3 timeout ENVIRONMENT FERRY_COLL_TIMEOUT=2)
+ferry_coll_test(coll.timeout.simple.n3 3 timeout)
+set_tests_properties(coll.timeout.simple.n3 PROPERTIES ENVIRONMENT
+  "FERRY_COLL_TIMEOUT=2;FERRY_COLL_LL_MAX_BYTES=0")

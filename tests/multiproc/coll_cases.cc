@@ -5,7 +5,7 @@
 // poisoned first, and every element is compared with a reference each rank
 // computes on the host from all ranks' regenerated inputs (coll_ref.h).
 //
-// Cases: matrix, matrix_quick, big, stress, mixed, streams, abort.
+// Cases: matrix, matrix_quick, big, stress, mixed, streams, abort, timeout.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -453,6 +453,39 @@ void caseAbort(World& w) {
   EXPECT_TRUE(s < 5.0, "abort and stream synchronization took %.2f s", s);
 }
 
+// ---- timeout ----------------------------------------------------------------
+
+// Rank 1 never joins an all-reduce of 1,000 floats (LL by default; the FIFO
+// protocol with FERRY_COLL_LL_MAX_BYTES=0). With FERRY_COLL_TIMEOUT=2 the
+// others' streams must fail, not hang, in about that time; then everyone
+// aborts.
+void caseCollTimeout(World& w) {
+  announce(w, "timeout");
+  if (w.nranks < 2) return;
+  CollSpec spec;
+  spec.count = 1000;
+  spec.tag = 500000;
+  runOne(w, spec);  // a good one first: the ring is in use
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  spec.tag++;
+  if (w.rank != 1) {
+    CollRun orphan(w, spec);
+    auto start = Clock::now();
+    if (orphan.prepare(w.comm) && orphan.post(w.comm, w.stream)) {
+      const ncclResult_t synced = ncclFerryStreamSynchronize(w.stream);
+      const double s = secondsSince(start);
+      printf("rank %d: stream of an all-reduce without rank 1: %s after %.2f s\n", w.rank,
+             ncclGetErrorString(synced), s);
+      EXPECT_TRUE(synced != ncclSuccess, "a collective whose peer never came completed");
+      EXPECT_TRUE(s > 1.5 && s < 60.0, "failed after %.2f s with FERRY_COLL_TIMEOUT=2", s);
+    }
+  }
+  // Rank 1 waits here while the others time out.
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  EXPECT_OK(ncclCommAbort(w.comm));
+  w.comm = nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -460,7 +493,7 @@ int main(int argc, char** argv) {
       {"matrix", caseMatrix}, {"matrix_quick", caseMatrixQuick},
       {"big", caseBig},       {"stress", caseStress},
       {"mixed", caseMixed},   {"streams", caseStreams},
-      {"abort", caseAbort},
+      {"abort", caseAbort},   {"timeout", caseCollTimeout},
   };
   int rc = runCase(argc, argv, cases);
   printf("%llu collectives verified\n", static_cast<unsigned long long>(verifiedCount()));
