@@ -55,6 +55,22 @@ FERRY_HD inline uint32_t llFlag(uint64_t step) {
   return static_cast<uint32_t>(step + 1);
 }
 
+// The line format, shared by every executor's line accesses.
+FERRY_HD inline uint64_t llWord0(uint64_t data, uint32_t flag) {
+  return (data & 0xffffffffULL) | (static_cast<uint64_t>(flag) << 32);
+}
+FERRY_HD inline uint64_t llWord1(uint64_t data, uint32_t flag) {
+  return (data >> 32) | (static_cast<uint64_t>(flag) << 32);
+}
+// Whether words w0, w1 (read with one 8-byte access each) hold step `flag`:
+// both must, as each was stored on its own.
+FERRY_HD inline bool llReady(uint64_t w0, uint64_t w1, uint32_t flag) {
+  return (w0 >> 32) == flag && (w1 >> 32) == flag;
+}
+FERRY_HD inline uint64_t llData(uint64_t w0, uint64_t w1) {
+  return (w0 & 0xffffffffULL) | (w1 << 32);
+}
+
 // Elements per LL slot: half its bytes are payload; a multiple of the
 // 16-byte alignment unit, so that steps end on whole words.
 FERRY_HD inline uint64_t llSliceElts(uint64_t llSlotBytes, uint32_t eltBytes) {

@@ -83,9 +83,9 @@ struct HostPlatform {
       bool ok = spin(ctx, "LL line flag", w0.load(std::memory_order_relaxed) >> 32, flag, [&] {
         a = w0.load(std::memory_order_relaxed);
         b = w1.load(std::memory_order_relaxed);
-        return (a >> 32) == flag && (b >> 32) == flag;
+        return algo::llReady(a, b, flag);
       });
-      *data = (a & 0xffffffffULL) | (b << 32);
+      *data = algo::llData(a, b);
       return ok ? algo::kLlOk : ctx.timedOut ? algo::kLlTimedOut : algo::kLlAborted;
     }
     // Acquire (free on x86): pairs with the receiver's head store.
@@ -96,10 +96,10 @@ struct HostPlatform {
                                      : algo::kLlAborted;
     }
     static void write(algo::LlLine* line, uint64_t data, uint32_t flag) {
-      const uint64_t f = static_cast<uint64_t>(flag) << 32;
       std::atomic_ref<uint64_t>(line->word[0])
-          .store((data & 0xffffffffULL) | f, std::memory_order_relaxed);
-      std::atomic_ref<uint64_t>(line->word[1]).store((data >> 32) | f, std::memory_order_relaxed);
+          .store(algo::llWord0(data, flag), std::memory_order_relaxed);
+      std::atomic_ref<uint64_t>(line->word[1])
+          .store(algo::llWord1(data, flag), std::memory_order_relaxed);
     }
   };
 

@@ -153,8 +153,8 @@ struct LineIo {
       uint64_t a;
       uint64_t b;
       loadLine(line, &a, &b);
-      if ((a >> 32) == flag && (b >> 32) == flag) {
-        *data = (a & 0xffffffffull) | (b << 32);
+      if (algo::llReady(a, b, flag)) {
+        *data = algo::llData(a, b);
         return kWaitOk;
       }
       const int r = checkLlWait(w, polls, &start);
@@ -166,8 +166,8 @@ struct LineIo {
     uint64_t a;
     uint64_t b;
     loadLine(line, &a, &b);
-    if ((a >> 32) == flag && (b >> 32) == flag) {
-      *data = (a & 0xffffffffull) | (b << 32);
+    if (algo::llReady(a, b, flag)) {
+      *data = algo::llData(a, b);
       return kWaitOk;
     }
     return pollLine(w, line, flag, data);
@@ -188,8 +188,7 @@ struct LineIo {
     }
   }
   static __device__ __forceinline__ void write(algo::LlLine* line, uint64_t data, uint32_t flag) {
-    const uint64_t f = static_cast<uint64_t>(flag) << 32;
-    storeLine(line, (data & 0xffffffffull) | f, (data >> 32) | f);
+    storeLine(line, algo::llWord0(data, flag), algo::llWord1(data, flag));
   }
 };
 static_assert(static_cast<int>(algo::kLlTimedOut) == kWaitTimedOut &&
