@@ -1,6 +1,7 @@
 #include "coll/coll_engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -30,7 +31,45 @@ int channelsFor(uint64_t bytes, uint64_t perChannel, int available) {
   return want < static_cast<uint64_t>(available) ? static_cast<int>(want) : available;
 }
 
+// The protocol name at [b, e), lower-cased.
+std::string lowered(const std::string& text, size_t b, size_t e) {
+  std::string s = text.substr(b, e - b);
+  for (char& c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 }  // namespace
+
+Status parseProtocols(const std::string& text, bool* ll, bool* simple) {
+  *ll = true;
+  *simple = true;
+  if (text.empty()) return ncclSuccess;
+  const bool exclude = text[0] == '^';
+  bool named[2] = {false, false};  // LL, Simple
+  for (size_t b = exclude ? 1 : 0; b <= text.size();) {
+    size_t e = text.find(',', b);
+    if (e == std::string::npos) e = text.size();
+    const std::string name = lowered(text, b, e);
+    if (name.empty()) {
+      // "LL," or ",,": nothing named here
+    } else if (name == "ll") {
+      named[0] = true;
+    } else if (name == "simple") {
+      named[1] = true;
+    } else if (name != "ll128") {
+      FERRY_FAIL(ncclInvalidArgument, "NCCL_PROTO=%s: unknown protocol '%s' (LL, LL128, Simple)",
+                 text.c_str(), name.c_str());
+    }
+    b = e + 1;
+  }
+  *ll = exclude ? !named[0] : named[0];
+  *simple = exclude ? !named[1] : named[1];
+  if (!*ll && !*simple) {
+    FERRY_FAIL(ncclInvalidArgument, "NCCL_PROTO=%s leaves no protocol Ferry has (LL, Simple)",
+               text.c_str());
+  }
+  return ncclSuccess;
+}
 
 CollEngine::~CollEngine() {
   (void)shutdown(10000);
@@ -45,6 +84,16 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   const int64_t llMax = ctx.params->getInt(ParamId::CollLlMaxBytes);
   const int64_t llChannel = ctx.params->getInt(ParamId::CollLlChannelBytes);
   e->llMaxBytes_ = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
+  bool ll = true;
+  bool simple = true;
+  const std::string& proto = ctx.params->getString(ParamId::Proto);
+  if (parseProtocols(proto, &ll, &simple) != ncclSuccess) {
+    FERRY_WARN("NCCL_PROTO=%s ignored: collectives choose LL or Simple by size", proto.c_str());
+  } else if (!ll) {
+    e->llMaxBytes_ = 0;
+  } else if (!simple) {
+    e->llMaxBytes_ = UINT64_MAX;
+  }
   e->llChannelBytes_ = llChannel > 0 ? static_cast<uint64_t>(llChannel) : 1;
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));

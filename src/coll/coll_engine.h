@@ -21,6 +21,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "coll/ring_setup.h"
@@ -40,6 +41,13 @@ struct CollTask {
   int root = 0;
   void* stream = nullptr;
 };
+
+// NCCL_PROTO: which collective protocols may be used. A comma list of LL,
+// LL128, Simple (case-insensitive), or ^ and a list to exclude; empty allows
+// all. Ferry has no LL128: it is accepted and ignored. Fails (the caller
+// WARNs and keeps the defaults) on an unknown name or when neither LL nor
+// Simple is left.
+[[nodiscard]] Status parseProtocols(const std::string& text, bool* ll, bool* simple);
 
 class CollEngine {
  public:

@@ -31,13 +31,20 @@ int resolveChannels(const RingSetupContext& ctx) {
   // CUDA: 64 x 256 KiB slots beat 32 x 512 KiB (same memory) by 11-17% on
   // large all-reduce/all-gather/reduce-scatter (2x H200, bench/RESULTS.md).
   const int fallback = ctx.runtime->kind() == rt::RuntimeKind::Cuda ? 64 : 2;
-  if (v == 0) return fallback;
-  if (v < 1 || v > 64) {
+  int n = fallback;
+  if (v != 0 && (v < 1 || v > 64)) {
     FERRY_WARN("FERRY_COLL_CHANNELS=%ld out of range [1, 64]; using %d", static_cast<long>(v),
                fallback);
-    return fallback;
+  } else if (v != 0) {
+    n = static_cast<int>(v);
   }
-  return static_cast<int>(v);
+  // ncclConfig_t.maxCTAs (NCCL_MAX_CTAS): the user's SM budget for us.
+  if (ctx.maxCtas >= 1 && n > ctx.maxCtas) {
+    FERRY_INFO(kLogInit | kLogColl, "collectives: %d channels (maxCTAs %d)", ctx.maxCtas,
+               ctx.maxCtas);
+    n = ctx.maxCtas;
+  }
+  return n;
 }
 
 Status resolveFifo(const RingSetupContext& ctx, RingResources* res) {

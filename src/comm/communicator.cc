@@ -90,6 +90,7 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   ctx.commKey = key;
   ctx.abortFlag = &abortFlag_;
   ctx.timeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
+  ctx.maxCtas = config_.maxCTAs;
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
   return CollEngine::create(ctx, &coll_);
 }

@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "core/log.h"
+
 namespace ferry {
 namespace {
 
@@ -46,6 +48,30 @@ Status checkHeader(const ncclConfig_t* c) {
 CommConfig defaultConfig(const Params& params) {
   CommConfig c;
   c.blocking = params.getInt(ParamId::CommBlocking) != 0;
+  // NCCL_MAX_CTAS, else its older name; out-of-range values are clamped
+  // with a WARN (a default must not fail init).
+  int64_t maxCtas = params.getInt(ParamId::MaxCtas);
+  const char* maxName = "NCCL_MAX_CTAS";
+  if (maxCtas == 0) {
+    maxCtas = params.getInt(ParamId::MaxNchannels);
+    maxName = "NCCL_MAX_NCHANNELS";
+  }
+  if (maxCtas != 0) {
+    const int64_t clamped = maxCtas < 1 ? 1 : maxCtas > 64 ? 64 : maxCtas;
+    if (clamped != maxCtas) {
+      FERRY_WARN("%s=%ld is out of range [1, 64]; using %ld", maxName, static_cast<long>(maxCtas),
+                 static_cast<long>(clamped));
+    }
+    c.maxCTAs = static_cast<int>(clamped);
+  }
+  const int64_t minCtas = params.getInt(ParamId::MinCtas);
+  if (minCtas != 0) {
+    c.minCTAs = static_cast<int>(minCtas < 1 ? 1 : minCtas > c.maxCTAs ? c.maxCTAs : minCtas);
+    if (c.minCTAs != minCtas) {
+      FERRY_WARN("NCCL_MIN_CTAS=%ld is out of range [1, %d]; using %d", static_cast<long>(minCtas),
+                 c.maxCTAs, c.minCTAs);
+    }
+  }
   return c;
 }
 

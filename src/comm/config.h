@@ -17,7 +17,7 @@ struct CommConfig {
   bool blocking = true;
   int cgaClusterSize = 4;
   int minCTAs = 1;
-  int maxCTAs = 32;
+  int maxCTAs = 64;  // caps the channels (thread blocks) of collective kernels
   std::string netName;
   bool splitShare = false;
   int trafficClass = -1;

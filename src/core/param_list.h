@@ -17,6 +17,16 @@
   X(SocketFamily, "NCCL_SOCKET_FAMILY", String, "", "AF_INET or AF_INET6 to restrict addresses.") \
   X(CommBlocking, "NCCL_COMM_BLOCKING", Int, "1",                                                 \
     "Default of ncclConfig_t.blocking when the config leaves it undefined.")                      \
+  X(MaxCtas, "NCCL_MAX_CTAS", Int, "0",                                                           \
+    "Default of ncclConfig_t.maxCTAs: at most this many thread blocks (channels) per collective " \
+    "kernel, 1..64. 0: NCCL_MAX_NCHANNELS if set, else 64.")                                     \
+  X(MaxNchannels, "NCCL_MAX_NCHANNELS", Int, "0",                                                  \
+    "Older name of NCCL_MAX_CTAS (used when NCCL_MAX_CTAS is not set).")                         \
+  X(MinCtas, "NCCL_MIN_CTAS", Int, "0",                                                           \
+    "Default of ncclConfig_t.minCTAs (accepted and validated; Ferry sizes launches by bytes).")   \
+  X(Proto, "NCCL_PROTO", String, "",                                                               \
+    "Collective protocols allowed: comma list of LL, LL128, Simple (case-insensitive); leading ^ " \
+    "excludes. Ferry has LL and Simple; LL128 is accepted and ignored. Empty: by size.")         \
   X(Runtime, "FERRY_RUNTIME", String, "auto",                                                     \
     "auto, cuda or host: which runtime a communicator uses (auto: cuda if a GPU is visible).")    \
   X(HostDevices, "FERRY_HOST_DEVICES", Int, "8", "Number of devices the host runtime emulates.")  \

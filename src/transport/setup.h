@@ -33,6 +33,7 @@ struct P2pSetupContext {
   uint64_t commKey = 0;  // unique per communicator (hash of its unique id)
   const std::atomic<bool>* abortFlag = nullptr;
   int64_t timeoutMs = 120000;
+  int maxCtas = 64;  // ncclConfig_t.maxCTAs: caps the collective channels
 };
 
 [[nodiscard]] Status setupP2p(const P2pSetupContext& ctx, P2pState* out);

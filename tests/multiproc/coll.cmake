@@ -58,3 +58,8 @@ ferry_coll_test(coll.timeout.ll.n3 3 timeout ENVIRONMENT FERRY_COLL_TIMEOUT=2)
 ferry_coll_test(coll.timeout.simple.n3 3 timeout)
 set_tests_properties(coll.timeout.simple.n3 PROPERTIES ENVIRONMENT
   "FERRY_COLL_TIMEOUT=2;FERRY_COLL_LL_MAX_BYTES=0")
+# User controls: NCCL_PROTO forcing each protocol for every size, and the
+# SM budget (NCCL_MAX_CTAS) capping the channels at one.
+ferry_coll_test(coll.matrix.proto_ll.n2 2 matrix_quick ENVIRONMENT NCCL_PROTO=LL)
+ferry_coll_test(coll.matrix.proto_simple.n2 2 matrix_quick ENVIRONMENT NCCL_PROTO=^LL)
+ferry_coll_test(coll.matrix.maxctas.n3 3 matrix_quick ENVIRONMENT NCCL_MAX_CTAS=1)

@@ -86,3 +86,24 @@ TEST(Config, OlderSmallerStructReadOnlyAsFarAsItGoes) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// The SM budget knobs: NCCL_MAX_CTAS, else NCCL_MAX_NCHANNELS, else 64;
+// out-of-range defaults are clamped, never fatal.
+TEST(Config, MaxCtasDefaultsFromTheEnvironment) {
+  EXPECT_EQ(defaultConfig(Params::fromValues({})).maxCTAs, 64);
+  EXPECT_EQ(defaultConfig(Params::fromValues({{"NCCL_MAX_CTAS", "8"}})).maxCTAs, 8);
+  EXPECT_EQ(defaultConfig(Params::fromValues({{"NCCL_MAX_NCHANNELS", "4"}})).maxCTAs, 4);
+  EXPECT_EQ(defaultConfig(Params::fromValues({{"NCCL_MAX_CTAS", "8"}, {"NCCL_MAX_NCHANNELS", "4"}}))
+                .maxCTAs,
+            8);
+  EXPECT_EQ(defaultConfig(Params::fromValues({{"NCCL_MAX_CTAS", "500"}})).maxCTAs, 64);
+  const CommConfig c =
+      defaultConfig(Params::fromValues({{"NCCL_MAX_CTAS", "4"}, {"NCCL_MIN_CTAS", "9"}}));
+  EXPECT_EQ(c.minCTAs, 4);  // clamped to maxCTAs
+}
+
+}  // namespace
+}  // namespace ferry
