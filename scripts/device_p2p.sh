@@ -96,6 +96,10 @@ for s in $stages; do
     timeout 200 compute-sanitizer --tool racecheck --target-processes all --print-limit 10 \
       $run --timeout 190 $b/tests/mp_coll streams >"$out/collrace.log" 2>&1
     echo "racecheck exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASS|FAIL" "$out/collrace.log" | head -6
+    # Every size through LL (the streams case mixes both protocols by size).
+    FERRY_COLL_LL_MAX_BYTES=1G timeout 200 compute-sanitizer --tool memcheck --target-processes all \
+      --print-limit 10 $run --timeout 190 $b/tests/mp_coll matrix_quick >"$out/collsan-ll.log" 2>&1
+    echo "memcheck LL exit $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$out/collsan-ll.log" | head -6
     ;;
   diag2)
     stage diag2
