@@ -174,20 +174,29 @@ TEST_F(RuntimeCudaZc, SpinWaitReleasedByHostWriteOnEveryWordKind) {
        static_cast<uint64_t*>(reg->hostPtr())},
       {"allocHost", static_cast<uint64_t*>(pinned->ptr()), static_cast<uint64_t*>(pinned->ptr())},
   };
-  // Pinned copy endpoints: a copy from pageable memory would block this
-  // thread until the stream passed the wait it is queued behind.
+  // The copy queued behind each wait goes device -> pinned host, which
+  // cudaMemcpyAsync runs asynchronously. Host -> host copies (the first
+  // version of this test) are fully synchronous with respect to the host
+  // (CUDA's API synchronization rules): the call itself waited for the spin
+  // kernel, so the store that releases it was never reached (the test hung).
   std::unique_ptr<HostMemory> ends;
   ASSERT_EQ(rt_->allocHost(2 * sizeof(uint64_t), &ends), ncclSuccess);
   uint64_t& src = static_cast<uint64_t*>(ends->ptr())[0];
   uint64_t& dst = static_cast<uint64_t*>(ends->ptr())[1];
+  std::unique_ptr<DeviceMemory> srcDev;
+  ASSERT_EQ(rt_->allocDevice(sizeof(uint64_t), &srcDev), ncclSuccess);
+  std::unique_ptr<Stream> loader;
+  ASSERT_EQ(rt_->createStream(&loader), ncclSuccess);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     uint64_t target = 2 + rng.below(1 << 20);
     storeRelease(c.host, target - 1);  // one short: must keep waiting
     src = rng.next();
     dst = 0;
+    ASSERT_EQ(loader->copyAsync(srcDev->ptr(), &src, sizeof(src)), ncclSuccess);
+    ASSERT_EQ(loader->synchronize(), ncclSuccess);
     ASSERT_EQ(s->waitValue64Spin(c.dev, target), ncclSuccess);
-    ASSERT_EQ(s->copyAsync(&dst, &src, sizeof(src)), ncclSuccess);
+    ASSERT_EQ(s->copyAsync(&dst, srcDev->ptr(), sizeof(src)), ncclSuccess);
     std::this_thread::sleep_for(50ms);
     EXPECT_EQ(s->query(), ncclInProgress);
     EXPECT_EQ(dst, 0u);
@@ -200,14 +209,16 @@ TEST_F(RuntimeCudaZc, SpinWaitReleasedByHostWriteOnEveryWordKind) {
   ASSERT_EQ(rt_->allocDevice(64, &flag), ncclSuccess);
   std::unique_ptr<Stream> writer;
   ASSERT_EQ(rt_->createStream(&writer), ncclSuccess);
-  uint64_t zero = 0;
   src = rng.next();
   dst = 0;
-  ASSERT_EQ(writer->copyAsync(flag->ptr(), &zero, sizeof(zero)), ncclSuccess);
+  ASSERT_EQ(loader->copyAsync(srcDev->ptr(), &src, sizeof(src)), ncclSuccess);
+  ASSERT_EQ(loader->synchronize(), ncclSuccess);
+  dst = 0;  // reused below as the zero that clears the flag
+  ASSERT_EQ(writer->copyAsync(flag->ptr(), &dst, sizeof(dst)), ncclSuccess);
   ASSERT_EQ(writer->synchronize(), ncclSuccess);
   auto* word = static_cast<uint64_t*>(flag->ptr());
   ASSERT_EQ(s->waitValue64Spin(word, 3), ncclSuccess);
-  ASSERT_EQ(s->copyAsync(&dst, &src, sizeof(src)), ncclSuccess);
+  ASSERT_EQ(s->copyAsync(&dst, srcDev->ptr(), sizeof(src)), ncclSuccess);
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(s->query(), ncclInProgress);
   ASSERT_EQ(writer->writeValue64(word, 3), ncclSuccess);
