@@ -13,6 +13,8 @@
 #include <cstring>
 #include <thread>
 
+#include "core/listen_port.h"
+
 namespace ferry::bench {
 namespace {
 
@@ -190,18 +192,8 @@ bool Rendezvous::allMax(uint64_t* value, int timeoutSec, std::string* error) {
 }
 
 bool pickFreePort(int* port, std::string* error) {
-  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  if (fd.get() < 0 || bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    *error = std::string("cannot find a free port: ") + strerror(errno);
-    return false;
-  }
-  *port = ntohs(addr.sin_port);
-  return true;
+  // Below the ephemeral range, not bind(0): see core/listen_port.h.
+  return pickListenPort(INADDR_ANY, -1, port, nullptr, error);
 }
 
 }  // namespace ferry::bench

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 
+#include "core/listen_port.h"
+
 namespace ferry::run {
 
 namespace {
@@ -100,24 +102,12 @@ bool spawnRank(int rank, const std::vector<std::string>& argv, const std::vector
 }
 
 bool pickFreePorts(int* first, int* second, std::string* error) {
-  // Both sockets stay bound until both ports are read, so they differ.
-  UniqueFd socks[2];
-  int* ports[2] = {first, second};
-  for (int i = 0; i < 2; ++i) {
-    socks[i] = UniqueFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof(addr);
-    if (!socks[i].valid() || bind(socks[i].get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        getsockname(socks[i].get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      *error = std::string("cannot find a free port on 127.0.0.1: ") + strerror(errno);
-      return false;
-    }
-    *ports[i] = ntohs(addr.sin_port);
-  }
-  return true;
+  // The first checking socket stays bound until the second port is picked,
+  // so they differ (core/listen_port.h says why not bind(0)).
+  int held = -1;
+  if (!pickListenPort(INADDR_LOOPBACK, -1, first, &held, error)) return false;
+  UniqueFd keep(held);
+  return pickListenPort(INADDR_LOOPBACK, *first, second, nullptr, error);
 }
 
 int countProcGpus() {
