@@ -21,6 +21,9 @@ set_tests_properties(gpu.coll.matrix.ll PROPERTIES ENVIRONMENT
   "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_LL_SLOT_BYTES=1K;FERRY_COLL_SLOTS=2;FERRY_COLL_CHANNELS=3;FERRY_COLL_LL_CHANNEL_BYTES=1K")
 ferry_gpu_coll_test(gpu.coll.matrix.simple matrix_quick ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=0)
 ferry_gpu_coll_test(gpu.coll.abort.ll abort ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=1G)
+# Ring regions in host shared memory (no peer access): FIFO slots and LL
+# lines cross PCIe (not yet run on a GPU when added, 2026-11-22).
+ferry_gpu_coll_test(gpu.coll.matrix.shm matrix_quick ENVIRONMENT NCCL_P2P_DISABLE=1)
 
 # CUDA graph capture and replay of collectives + kernel-p2p fallback.
 if(FERRY_CUDA)
