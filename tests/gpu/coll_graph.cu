@@ -6,26 +6,14 @@
 // take part in replays). Verified element-wise against exact references
 // (integer-valued floats); outputs poisoned before every replay.
 #include <cuda_runtime.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <thread>
 #include <vector>
 
 #include "nccl.h"
-
-#define CHECK(x)                                                                 \
-  do {                                                                           \
-    auto r_ = (x);                                                               \
-    if (r_ != 0) {                                                               \
-      fprintf(stderr, "FAIL %s:%d %s -> %d\n", __FILE__, __LINE__, #x, (int)r_); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
+#include "two_rank_main.h"
 
 __device__ float valueOf(int rank, size_t j, int iter, unsigned salt) {
   return static_cast<float>((rank + 1) * static_cast<int>((j * 2654435761u + salt) % 1021) + iter);
@@ -45,21 +33,9 @@ float hostValue(int rank, size_t j, int iter, unsigned salt) {
 }
 
 int main() {
-  int rank = atoi(getenv("RANK") ? getenv("RANK") : "-1");
-  int nranks = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "0");
-  if (nranks != 2) {
-    fprintf(stderr, "run with ferry-run -n 2\n");
-    return 2;
-  }
-  std::atomic<bool> done{false};
-  std::thread watchdog([&done]() {
-    for (int i = 0; i < 1200 && !done.load(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!done.load()) {
-      fprintf(stderr, "FAIL: hang\n");
-      _exit(1);
-    }
-  });
+  const int rank = ferry::test::twoRankFromEnv();
+  if (rank < 0) return 2;
+  ferry::test::HangWatchdog watchdog(120, "hang");
   CHECK(cudaSetDevice(rank));
   const unsigned salt = static_cast<unsigned>(time(nullptr));  // fresh data every run
   ncclUniqueId id;
@@ -124,8 +100,7 @@ int main() {
   }
   printf("%s rank %d: %d graph replays of all-reduce + send/recv, %ld wrong elements\n",
          failures == 0 ? "PASS" : "FAIL", rank, kReplays, failures);
-  done = true;
-  watchdog.join();
+  watchdog.stop();
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
   CHECK(ncclCommDestroy(comm));

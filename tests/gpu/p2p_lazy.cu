@@ -6,47 +6,24 @@
 // program) forever; Ferry must complete. A watchdog turns a hang into a
 // failure after 60 s.
 #include <cuda_runtime.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "ferry.h"
 #include "nccl.h"
+#include "two_rank_main.h"
 
 __global__ void neverLaunchedBefore(float* data, int n, float add) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) data[i] = data[i] * 2.0f + add;
 }
 
-#define CHECK(x)                                                                 \
-  do {                                                                           \
-    auto r_ = (x);                                                               \
-    if (r_ != 0) {                                                               \
-      fprintf(stderr, "FAIL %s:%d %s -> %d\n", __FILE__, __LINE__, #x, (int)r_); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
-
 int main() {
-  int rank = atoi(getenv("RANK") ? getenv("RANK") : "-1");
-  int nranks = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "0");
-  if (nranks != 2) {
-    fprintf(stderr, "run with ferry-run -n 2\n");
-    return 2;
-  }
-  std::atomic<bool> done{false};
-  std::thread watchdog([&done]() {
-    for (int i = 0; i < 600 && !done.load(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!done.load()) {
-      fprintf(stderr, "FAIL: hang (lazy loading deadlock?)\n");
-      _exit(1);
-    }
-  });
+  const int rank = ferry::test::twoRankFromEnv();
+  if (rank < 0) return 2;
+  ferry::test::HangWatchdog watchdog(60, "hang (lazy loading deadlock?)");
   CHECK(cudaSetDevice(rank));
   const char* mode = getenv("CUDA_MODULE_LOADING");
   ncclUniqueId id;
@@ -84,8 +61,7 @@ int main() {
   printf("%s rank %d: CUDA_MODULE_LOADING=%s FERRY_USER_WAIT=%s: completed in %.1f ms, data %s\n",
          ok ? "PASS" : "FAIL", rank, mode ? mode : "(default)",
          getenv("FERRY_USER_WAIT") ? getenv("FERRY_USER_WAIT") : "auto", ms, ok ? "ok" : "WRONG");
-  done = true;
-  watchdog.join();
+  watchdog.stop();
   CHECK(ncclCommDestroy(comm));
   return ok ? 0 : 1;
 }
