@@ -10,40 +10,16 @@
 //   single   GPU time of one op launched onto an idle stream (event to event).
 // Benchmark only: results are timings, not checked values.
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
-#include "nccl.h"
+#include "ferry_bench/nccl_lib.h"
 
 namespace {
-
-struct Lib {
-  decltype(&ncclGetUniqueId) getUniqueId = nullptr;
-  decltype(&ncclCommInitRank) initRank = nullptr;
-  decltype(&ncclCommDestroy) destroy = nullptr;
-  decltype(&ncclAllReduce) allReduce = nullptr;
-};
-
-template <class F>
-bool bind(void* h, const char* name, F* f) {
-  *f = reinterpret_cast<F>(dlsym(h, name));
-  return *f != nullptr;
-}
-
-bool loadLib(const char* path, Lib* lib) {
-  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-    return false;
-  }
-  return bind(h, "ncclGetUniqueId", &lib->getUniqueId) &&
-         bind(h, "ncclCommInitRank", &lib->initRank) && bind(h, "ncclCommDestroy", &lib->destroy) &&
-         bind(h, "ncclAllReduce", &lib->allReduce);
-}
 
 int envInt(const char* name, int fallback) {
   const char* v = getenv(name);
@@ -77,10 +53,15 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--bytes") == 0) bytes = strtoull(argv[i + 1], nullptr, 10);
   }
   const int rank = envInt("RANK", -1), nranks = envInt("WORLD_SIZE", -1);
-  Lib lib;
-  if (path == nullptr || rank < 0 || nranks < 1 || bytes < 4 || !loadLib(path, &lib)) {
+  if (path == nullptr || rank < 0 || nranks < 1 || bytes < 4) {
     fprintf(stderr, "usage: ferry-run -n N %s --lib LIBNCCL [--bytes B]\n", argv[0]);
     return 2;
+  }
+  ferry::bench::NcclLib lib;
+  std::string error;
+  if (!ferry::bench::loadNcclLib(path, &lib, &error)) {
+    fprintf(stderr, "%s\n", error.c_str());
+    return 1;
   }
   if (cudaSetDevice(envInt("FERRY_DEVICE", rank)) != cudaSuccess) return 1;
   const size_t count = bytes / sizeof(float);
@@ -93,7 +74,8 @@ int main(int argc, char** argv) {
   }
   ncclUniqueId id;
   ncclComm_t comm = nullptr;
-  if (lib.getUniqueId(&id) != ncclSuccess || lib.initRank(&comm, nranks, id, rank) != ncclSuccess) {
+  if (lib.getUniqueId(&id) != ncclSuccess ||
+      lib.commInitRank(&comm, nranks, id, rank) != ncclSuccess) {
     fprintf(stderr, "init failed\n");
     return 1;
   }
@@ -118,6 +100,6 @@ int main(int argc, char** argv) {
     printf("%s: %zu B all-reduce: submit %.2f us, stream %.2f us/op, single %.2f us\n", path, bytes,
            submitUs, 1000.0 * streamMs / kOps, singleUs);
   }
-  lib.destroy(comm);
+  lib.commDestroy(comm);
   return 0;
 }
