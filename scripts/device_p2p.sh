@@ -17,6 +17,14 @@ export NCCL_NVLS_ENABLE=0
 nccl=$(find / -name libnccl.so.2 -path '*nvidia/nccl*' 2>/dev/null | head -1)
 run="$b/tools/ferry-run/ferry-run -n 2 --runtime cuda"
 stage() { echo "=== $1 ($(date +%T))"; }
+# Ferry alone (no NCCL), out of place: prints "size time_us busbw" per row of
+# rank 0. Knobs come from the caller's environment: VAR=x ferryOnly ops args.
+ferryOnly() {
+  local ops=$1
+  shift
+  timeout 60 $run --timeout 55 $b/bench/ferry-bench "$ops" "$@" --inplace no --lib $b/libnccl.so.2 2>&1 |
+    grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+}
 for s in $stages; do
   case $s in
   build)
@@ -124,8 +132,7 @@ for s in $stages; do
     for v in "16 256K" "32 256K" "16 512K" "32 512K" "24 512K"; do
       set -- $v
       echo "--- channels $1 slot $2"
-      FERRY_COLL_CHANNELS=$1 FERRY_COLL_SLOT_BYTES=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce,all_gather \
-        -b 32M -e 512M -f 4 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $8}'
+      FERRY_COLL_CHANNELS=$1 FERRY_COLL_SLOT_BYTES=$2 ferryOnly all_reduce,all_gather -b 32M -e 512M -f 4 -w 2 -n 5
     done
     ;;
   llsweep)
@@ -135,8 +142,7 @@ for s in $stages; do
     for v in "0 16K" "8M 4K" "8M 16K" "8M 64K"; do
       set -- $v
       echo "--- LL max $1, LL channel bytes $2"
-      FERRY_COLL_LL_MAX_BYTES=$1 FERRY_COLL_LL_CHANNEL_BYTES=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce \
-        -b 8 -e 8M -f 4 -w 5 -n 20 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+      FERRY_COLL_LL_MAX_BYTES=$1 FERRY_COLL_LL_CHANNEL_BYTES=$2 ferryOnly all_reduce -b 8 -e 8M -f 4 -w 5 -n 20
     done
     ;;
   arsweep)
@@ -144,8 +150,7 @@ for s in $stages; do
     stage arsweep
     for c in 32 48 64; do
       echo "--- channels $c"
-      FERRY_COLL_CHANNELS=$c timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce \
-        -b 32M -e 1G -f 8 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+      FERRY_COLL_CHANNELS=$c ferryOnly all_reduce -b 32M -e 1G -f 8 -w 2 -n 5
     done
     ;;
   p2pmode)
@@ -154,8 +159,7 @@ for s in $stages; do
     for v in "LAZY 1" "EAGER 1" "EAGER 0"; do
       set -- $v
       echo "--- CUDA_MODULE_LOADING=$1 FERRY_P2P_STAGE_SENDS=$2"
-      CUDA_MODULE_LOADING=$1 FERRY_P2P_STAGE_SENDS=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench sendrecv \
-        -b 256K -e 64M -f 4 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+      CUDA_MODULE_LOADING=$1 FERRY_P2P_STAGE_SENDS=$2 ferryOnly sendrecv -b 256K -e 64M -f 4 -w 3 -n 10
     done
     ;;
   chsweep)
@@ -164,8 +168,7 @@ for s in $stages; do
     for v in "32 512K" "64 256K" "64 512K" "48 256K"; do
       set -- $v
       echo "--- channels $1 slot $2"
-      FERRY_COLL_CHANNELS=$1 FERRY_COLL_SLOT_BYTES=$2 timeout 60 $run --timeout 55 $b/bench/ferry-bench all_reduce,all_gather,reduce_scatter \
-        -b 32M -e 1G -f 8 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+      FERRY_COLL_CHANNELS=$1 FERRY_COLL_SLOT_BYTES=$2 ferryOnly all_reduce,all_gather,reduce_scatter -b 32M -e 1G -f 8 -w 2 -n 5
     done
     ;;
   bcast)
@@ -179,8 +182,7 @@ for s in $stages; do
     stage bcastdiag
     for op in broadcast broadcast broadcast reduce; do
       echo "--- $op"
-      timeout 40 $run --timeout 35 $b/bench/ferry-bench $op -b 256K -e 16M -f 8 -w 5 -n 20 --inplace no \
-        --lib $b/libnccl.so.2 2>&1 | grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
+      ferryOnly $op -b 256K -e 16M -f 8 -w 5 -n 20
     done
     ;;
   arfine)
