@@ -80,6 +80,22 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
+// In a spin, every kPollCheckMask + 1 polls: the abort word, then the clock
+// (*start: the time of the first look). kWaitOk: keep spinning.
+__device__ __forceinline__ int checkWait(const volatile uint32_t* abortFlag, uint64_t timeoutNs,
+                                         uint32_t polls, uint64_t* start) {
+  if ((polls & kPollCheckMask) != 0) return kWaitOk;
+  if (abortFlag != nullptr && *abortFlag != 0) return kWaitAborted;
+  if (timeoutNs == 0) return kWaitOk;
+  const uint64_t now = globalTimerNs();
+  if (*start == 0) {
+    *start = now;
+  } else if (now - *start > timeoutNs) {
+    return kWaitTimedOut;
+  }
+  return kWaitOk;
+}
+
 // Cold path of waitGeq (thread 0): spins on the flag, every kPollCheckMask+1
 // polls looks at the abort flag and the clock. Not inlined: one copy per
 // kernel instead of one per wait site. (printf's 40-byte argument buffer is
@@ -96,21 +112,16 @@ inline __device__ __noinline__ int pollGeq(const uint64_t* flag, uint64_t target
       (void)loadAcquireSys(flag);
       return kWaitOk;
     }
-    if ((polls & kPollCheckMask) != 0) continue;
-    if (abortFlag != nullptr && *abortFlag != 0) return kWaitAborted;
-    if (timeoutNs == 0) continue;
-    uint64_t now = globalTimerNs();
-    if (start == 0) {
-      start = now;
-    } else if (now - start > timeoutNs) {
+    const int r = checkWait(abortFlag, timeoutNs, polls, &start);
+    if (r == kWaitTimedOut) {
       printf(
           "ferry: collective kernel timed out: ring position %d channel %d waited %llu ms "
           "for flag %p = %llu to reach %llu (peer stalled or dead; FERRY_COLL_TIMEOUT)\n",
-          pos, channel, static_cast<unsigned long long>((now - start) / 1000000ull),
+          pos, channel, static_cast<unsigned long long>((globalTimerNs() - start) / 1000000ull),
           static_cast<const void*>(flag), static_cast<unsigned long long>(v),
           static_cast<unsigned long long>(target));
-      return kWaitTimedOut;
     }
+    if (r != kWaitOk) return r;
   }
 }
 
@@ -125,21 +136,6 @@ __device__ __forceinline__ void loadLine(const algo::LlLine* p, uint64_t* a, uin
 }
 __device__ __forceinline__ void storeLine(algo::LlLine* p, uint64_t a, uint64_t b) {
   asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" : : "l"(p), "l"(a), "l"(b) : "memory");
-}
-
-// In an LL spin, every kPollCheckMask + 1 polls: the abort word, then the
-// clock (*start: the first look's time). kWaitOk: keep spinning.
-__device__ __forceinline__ int checkLlWait(const algo::LlWait& w, uint32_t polls, uint64_t* start) {
-  if ((polls & kPollCheckMask) != 0) return kWaitOk;
-  if (w.abortFlag != nullptr && *w.abortFlag != 0) return kWaitAborted;
-  if (w.timeoutNs == 0) return kWaitOk;
-  const uint64_t now = globalTimerNs();
-  if (*start == 0) {
-    *start = now;
-  } else if (now - *start > w.timeoutNs) {
-    return kWaitTimedOut;
-  }
-  return kWaitOk;
 }
 
 // Line accesses for algo::llLines (coll_ll.h's LlResult equals WaitResult).
@@ -157,7 +153,7 @@ struct LineIo {
         *data = algo::llData(a, b);
         return kWaitOk;
       }
-      const int r = checkLlWait(w, polls, &start);
+      const int r = checkWait(w.abortFlag, w.timeoutNs, polls, &start);
       if (r != kWaitOk) return r;
     }
   }
@@ -183,7 +179,7 @@ struct LineIo {
     uint64_t start = 0;
     for (uint32_t polls = 1;; ++polls) {
       if (loadRelaxedSys(head) >= min) return kWaitOk;
-      const int r = checkLlWait(w, polls, &start);
+      const int r = checkWait(w.abortFlag, w.timeoutNs, polls, &start);
       if (r != kWaitOk) return r;
     }
   }
