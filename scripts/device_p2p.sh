@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop collsan llsweep
+#           coll collbench kp2p memop memopgdb collsan llsweep
 set -uo pipefail
 src=$1
 shift
@@ -94,6 +94,27 @@ for s in $stages; do
     for v in "mixes" "alltoall" "unbatched"; do
       echo "--- memop $v"
       CUDA_MODULE_LOADING=EAGER FERRY_USER_WAIT=memop timeout 40 $run --timeout 35 $b/tests/mp_p2p $v 2>&1 | grep -E "PASS|FAIL|timeout" | head -3
+    done
+    ;;
+  memopgdb)
+    # The memop hang: run mp_p2p with memop user waits, and once it has hung,
+    # dump every thread's stack of both ranks plus the P2P trace tail.
+    stage memopgdb
+    command -v gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null
+    for v in ${MEMOP_CASES:-"1 alltoall" "0 alltoall"}; do
+      set -- $v
+      log="$out/memopgdb-$1-$2.log"
+      echo "--- memop FERRY_P2P_STREAM_WAIT=$1 $2"
+      CUDA_MODULE_LOADING=EAGER FERRY_USER_WAIT=memop FERRY_P2P_STREAM_WAIT=$1 NCCL_DEBUG=TRACE \
+        NCCL_DEBUG_SUBSYS=P2P timeout 40 $run --timeout 38 $b/tests/mp_p2p $2 >"$log" 2>&1 &
+      sleep 12
+      for pid in $(pgrep -x mp_p2p); do
+        echo "pid $pid $(tr '\0' ' ' </proc/$pid/cmdline | cut -c1-80)"
+        timeout 20 gdb -p $pid -batch -ex "thread apply all bt 14" 2>/dev/null |
+          grep -E "^Thread|^#" | grep -vE "libc.so|pthread_cond|__GI|futex" | cut -c1-200 | head -60
+      done
+      wait
+      echo "exit $?"; grep -E "PASS|FAIL" "$log" | head -3; grep TRACE "$log" | tail -6 | cut -c1-240
     done
     ;;
   collsan)
