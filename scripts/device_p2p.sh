@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop memopgdb collsan llsweep
+#           coll collbench kp2p memop memopgdb memopsuite collsan llsweep
 set -uo pipefail
 src=$1
 shift
@@ -115,6 +115,21 @@ for s in $stages; do
       done
       wait
       echo "exit $?"; grep -E "PASS|FAIL" "$log" | head -3; grep TRACE "$log" | tail -6 | cut -c1-240
+    done
+    ;;
+  memopsuite)
+    # The SM-free GPU suite and the lazy-loading scenario with zero-SM (memop)
+    # user waits, under both module-loading modes. The copy streams never wait
+    # on the GPU here (FERRY_P2P_STREAM_WAIT=0): a pending stream wait would
+    # stall lazy loads.
+    stage memopsuite
+    (cd $b && timeout 30 ctest -R "RuntimeCudaZc" --timeout 25 2>&1 | grep -E "Failed|tests passed")
+    for mode in LAZY EAGER; do
+      echo "--- $mode memop"
+      (cd $b && CUDA_MODULE_LOADING=$mode FERRY_USER_WAIT=memop FERRY_P2P_STREAM_WAIT=0 timeout 150 \
+        ctest -R "gpu.p2p|gpu.coll.mixed|gpu.coll.graph" -E "${MEMOP_EXCLUDE:-large}" --timeout 40 \
+        >"$out/memopsuite-$mode.log" 2>&1
+       grep -E "Failed|Timeout|tests passed" "$out/memopsuite-$mode.log" | head -12)
     done
     ;;
   collsan)
@@ -240,7 +255,7 @@ for s in $stages; do
     ;;
   overlap)
     stage overlap
-    for mode in LAZY; do
+    for mode in ${OVERLAP_MODES:-LAZY}; do
       CUDA_MODULE_LOADING=$mode timeout 150 $run --timeout 140 $b/bench/ferry-bench alltoall,sendrecv \
         -b 256M -e 256M --inplace no -w 2 -n 5 --lib $b/libnccl.so.2 --compare "$nccl" --overlap \
         >"$out/overlap-$mode.txt" 2>&1

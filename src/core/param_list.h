@@ -52,11 +52,14 @@
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
     "(a one-thread spin kernel), auto (kernel on CUDA: memop waits hang on H200, NOTES.md).")     \
   X(P2pStreamWait, "FERRY_P2P_STREAM_WAIT", Int, "1",                                              \
-    "1: with memop user waits, a zero-copy send's copy stream waits for the receiver on the GPU " \
-    "(back-to-back messages pipeline); 0: the proxy polls for the receiver instead.")            \
+    "1: with memop user waits and eager module loading, a zero-copy send's copy stream waits for " \
+    "the receiver on the GPU (back-to-back messages pipeline); 0: the proxy polls instead.")     \
   X(P2pStageSends, "FERRY_P2P_STAGE_SENDS", String, "auto",                                        \
     "1: a send first copies its payload to a staging buffer on its own stream and never waits "  \
     "for the receiver; 0: never; auto: on CUDA under lazy module loading (deadlock-free there).") \
+  X(P2pStagePieceBytes, "FERRY_P2P_STAGE_PIECE_BYTES", Int, "4M",                                 \
+    "Staged sends copy their payload in pieces of at least this size (at most 8 pieces); the "   \
+    "transfer of a piece starts as soon as it is staged.")                                       \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "200",                                                \
     "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \

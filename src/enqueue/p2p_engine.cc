@@ -34,11 +34,18 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
     // so memop stays opt-in until that is understood (NOTES.md).
     e->spinWait_ = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
   }
-  e->streamWaitsPeer_ = !e->spinWait_ && ctx.params->getInt(ParamId::P2pStreamWait) != 0;
+  const bool lazyCuda =
+      ctx.runtime->kind() == rt::RuntimeKind::Cuda && ctx.runtime->lazyModuleLoading();
+  // A copy stream parked in a stream wait for the receiver would stall every
+  // lazy kernel load in the process until the peer arrives (the measured
+  // hazard), so under lazy loading the proxy polls for the receiver instead.
+  e->streamWaitsPeer_ =
+      !e->spinWait_ && !lazyCuda && ctx.params->getInt(ParamId::P2pStreamWait) != 0;
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);
-  e->stageSends_ = stage == "1" || (stage != "0" && ctx.runtime->kind() == rt::RuntimeKind::Cuda &&
-                                    ctx.runtime->lazyModuleLoading());
+  e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
   e->staging_ = std::make_unique<StagingPool>(ctx.runtime);
+  e->stagePiece_ =
+      static_cast<uint64_t>(std::max<int64_t>(1, ctx.params->getInt(ParamId::P2pStagePieceBytes)));
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (the hazard above).
@@ -137,6 +144,23 @@ Status P2pEngine::makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op)
   return ncclSuccess;
 }
 
+// Copies a send's payload into its staging block on the user's stream, one
+// piece at a time, recording an event after each piece for the copy stream.
+Status P2pEngine::stageSend(const P2pTask& task, rt::Stream& stream, void* block,
+                            std::vector<std::shared_ptr<rt::Event>>* events) {
+  uint64_t piece = stagePieceBytes(task.bytes, stagePiece_);
+  for (uint64_t off = 0; off < task.bytes; off += piece) {
+    uint64_t len = std::min(piece, task.bytes - off);
+    FERRY_CHECK(stream.copyAsync(static_cast<char*>(block) + off,
+                                 static_cast<const char*>(task.buffer) + off, len));
+    std::shared_ptr<rt::Event> ev;
+    FERRY_CHECK(newEvent(&ev));
+    FERRY_CHECK(ev->record(stream));
+    events->push_back(std::move(ev));
+  }
+  return ncclSuccess;
+}
+
 Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   if (tasks.empty()) return ncclSuccess;
   Status err = asyncError_->load(std::memory_order_acquire);
@@ -159,9 +183,11 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
   for (size_t i = 0; i < tasks.size(); ++i) {
     FERRY_CHECK(streamFor(tasks[i].stream, handles, streams, &streamOf[i]));
   }
-  // Staged sends copy their payload on the user's stream first; the ready
-  // events recorded after it cover those copies too.
+  // Staged sends copy their payload on the user's stream first, piece by
+  // piece (an event after each); the ready events recorded after them cover
+  // those copies too.
   std::vector<void*> staged(tasks.size(), nullptr);
+  std::vector<std::vector<std::shared_ptr<rt::Event>>> pieces(tasks.size());
   if (stageSends_) {
     for (size_t i = 0; i < tasks.size(); ++i) {
       const P2pTask& t = tasks[i];
@@ -172,7 +198,7 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
                            tasks.begin(), tasks.begin() + static_cast<long>(i),
                            [&t](const P2pTask& o) { return o.isSend && o.peer == t.peer; }));
       FERRY_CHECK(staging_->take(t.bytes, c, seq, &staged[i]));
-      FERRY_CHECK(streams[streamOf[i]]->copyAsync(staged[i], t.buffer, t.bytes));
+      FERRY_CHECK(stageSend(t, *streams[streamOf[i]], staged[i], &pieces[i]));
     }
   }
   for (auto& stream : streams) {
@@ -190,6 +216,11 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
     op->buffer = static_cast<char*>(staged[i] != nullptr ? staged[i] : t.buffer);
     op->bytes = t.bytes;
     op->ready = ready[streamOf[i]];
+    if (staged[i] != nullptr) {
+      op->staged = std::move(pieces[i]);  // piece 0's event also covers earlier work
+      op->stagePiece = stagePieceBytes(t.bytes, stagePiece_);
+      op->ready.reset();
+    }
     op->asyncError = asyncError_;
     op->streamWaitsPeer = streamWaitsPeer_;
     op->timeoutNs = opTimeoutNs_;

@@ -71,6 +71,8 @@ class P2pEngine {
   [[nodiscard]] Status newEvent(std::shared_ptr<rt::Event>* out);
   [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks);
   [[nodiscard]] Status makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op);
+  [[nodiscard]] Status stageSend(const P2pTask& task, rt::Stream& stream, void* block,
+                                 std::vector<std::shared_ptr<rt::Event>>* events);
 
   rt::Runtime* runtime_ = nullptr;
   std::shared_ptr<Proxy> proxy_;
@@ -82,6 +84,7 @@ class P2pEngine {
   bool streamWaitsPeer_ = false;
   bool zeroCopy_ = true;
   bool stageSends_ = false;  // see staging.h
+  uint64_t stagePiece_ = 0;  // FERRY_P2P_STAGE_PIECE_BYTES
   int64_t opTimeoutNs_ = 0;  // FERRY_P2P_TIMEOUT
   std::unique_ptr<StagingPool> staging_;
   bool shutDown_ = false;

@@ -1,6 +1,16 @@
 #include "enqueue/staging.h"
 
+#include <algorithm>
+
 namespace ferry {
+
+uint64_t stagePieceBytes(uint64_t bytes, uint64_t minPiece) {
+  constexpr uint64_t kAlign = uint64_t{64} << 10;
+  uint64_t piece = (bytes + kMaxStagePieces - 1) / kMaxStagePieces;
+  piece = (piece + kAlign - 1) / kAlign * kAlign;
+  piece = std::max(piece, minPiece);
+  return std::max<uint64_t>(std::min(piece, bytes), 1);
+}
 
 void StagingPool::reclaim() {
   for (Block& b : blocks_) {

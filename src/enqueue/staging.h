@@ -25,6 +25,13 @@
 
 namespace ferry {
 
+// Bytes per staging piece of a `bytes` message: at least `minPiece`, and at
+// most kMaxStagePieces pieces (each piece costs an event record on the user's
+// thread and a copy issue on the proxy's). Multiple of 64 KiB unless the
+// message is one piece.
+constexpr uint64_t kMaxStagePieces = 8;
+uint64_t stagePieceBytes(uint64_t bytes, uint64_t minPiece);
+
 class StagingPool {
  public:
   explicit StagingPool(rt::Runtime* runtime) : runtime_(runtime) {}

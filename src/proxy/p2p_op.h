@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/status.h"
 #include "runtime/runtime.h"
@@ -36,6 +37,14 @@ struct P2pOp {
   // before touching the user's buffer. Dropped once that wait is issued.
   std::shared_ptr<rt::Event> ready;
   bool readyIssued = false;
+  // Staged sends: the user's stream copies the payload into `buffer` in
+  // pieces of `stagePiece` bytes and records staged[j] after piece j. The
+  // copy stream waits on a piece's event just before it first reads from
+  // that piece, so the transfer starts after the first piece is staged, not
+  // after the whole message (empty: not staged; `ready` covers the buffer).
+  std::vector<std::shared_ptr<rt::Event>> staged;
+  uint64_t stagePiece = 0;
+  size_t stagedWaited = 0;  // events [0, stagedWaited) are waited on
   // Zero-copy sends may make the copy stream itself wait for the receiver's
   // recvReady (a stream wait on a host word) instead of the proxy polling it,
   // so back-to-back messages pipeline. Only when no stream wait can stall a

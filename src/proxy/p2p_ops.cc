@@ -21,6 +21,19 @@ Status issueReadyWait(P2pOp& op, rt::Stream& stream) {
   return ncclSuccess;
 }
 
+// The copy stream waits until bytes [0, end) of the op's source are ready:
+// for a staged send, the events of the staging pieces that overlap them (each
+// waited on once); otherwise the one ready event.
+Status awaitSource(P2pOp& op, rt::Stream& stream, uint64_t end) {
+  if (op.staged.empty()) return issueReadyWait(op, stream);
+  while (op.stagedWaited < op.staged.size() && op.stagedWaited * op.stagePiece < end) {
+    FERRY_CHECK(stream.waitEvent(*op.staged[op.stagedWaited]));
+    op.staged[op.stagedWaited].reset();  // captured by the wait; may be reused
+    ++op.stagedWaited;
+  }
+  return ncclSuccess;
+}
+
 Status checkPeerError(ConnectionBase& conn) {
   uint64_t e = ctrlOf(conn).error.load();
   if (e != 0) {
@@ -150,8 +163,14 @@ Status sendZeroCopy(P2pOp& op, bool* progressed) {
   } else if (ctrl.recvReady.load() <= op.seq) {  // acquire
     return ncclInProgress;
   }
-  FERRY_CHECK(issueReadyWait(op, *c.stream));
-  if (op.bytes > 0) FERRY_CHECK(c.stream->copyAsync(op.peerDst, op.buffer, op.bytes));
+  // One copy, or one per staging piece so each starts once its piece is staged.
+  uint64_t piece = op.staged.empty() ? op.bytes : op.stagePiece;
+  FERRY_CHECK(awaitSource(op, *c.stream, 0));
+  for (uint64_t off = 0; off < op.bytes; off += piece) {
+    uint64_t len = std::min(piece, op.bytes - off);
+    FERRY_CHECK(awaitSource(op, *c.stream, off + len));
+    FERRY_CHECK(c.stream->copyAsync(op.peerDst + off, op.buffer + off, len));
+  }
   // Stream writes: ordered after the copy, so the receiver sees its data first.
   FERRY_CHECK(c.stream->writeValue64(c.ctrl.dev(ctrl.zcDone), op.seq + 1));
   FERRY_CHECK(c.stream->writeValue64(c.ctrl.dev(ctrl.sendDone), op.seq + 1));
@@ -164,11 +183,12 @@ Status sendZeroCopy(P2pOp& op, bool* progressed) {
 Status sendFifo(P2pOp& op, bool* progressed) {
   SendConnection& c = *op.send;
   CtrlBlock& ctrl = ctrlOf(c);
-  FERRY_CHECK(issueReadyWait(op, *c.stream));
+  FERRY_CHECK(awaitSource(op, *c.stream, 0));
   while (op.offset < op.bytes) {
     if (c.chunks - ctrl.head.load() >= c.nslots) return ncclInProgress;  // acquire: slot drained
     uint64_t slot = c.chunks % c.nslots;
     uint64_t len = std::min<uint64_t>(c.chunkBytes, op.bytes - op.offset);
+    FERRY_CHECK(awaitSource(op, *c.stream, op.offset + len));
     // Plain store, published by the stream's tail write that follows the copy.
     ctrl.slotBytes[slot] = len;
     FERRY_CHECK(c.stream->copyAsync(c.peerFifo + slot * c.chunkBytes, op.buffer + op.offset, len));

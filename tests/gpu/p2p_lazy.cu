@@ -23,7 +23,7 @@ __global__ void neverLaunchedBefore(float* data, int n, float add) {
 int main() {
   const int rank = ferry::test::twoRankFromEnv();
   if (rank < 0) return 2;
-  ferry::test::HangWatchdog watchdog(60, "hang (lazy loading deadlock?)");
+  ferry::test::HangWatchdog watchdog(30, "hang (lazy loading deadlock?)");
   CHECK(cudaSetDevice(rank));
   const char* mode = getenv("CUDA_MODULE_LOADING");
   ncclUniqueId id;

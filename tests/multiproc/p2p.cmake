@@ -30,11 +30,18 @@ target_link_libraries(mp_p2p_kill PRIVATE nccl)
 add_test(NAME p2p.peer_killed COMMAND $<TARGET_FILE:mp_p2p_kill>)
 set_tests_properties(p2p.peer_killed PROPERTIES LABELS multiproc TIMEOUT 120)
 
-# Staged sends (the lazy-loading-safe mode) on the host runtime.
-ferry_p2p_test(p2p.alltoall.staged.n3 3 alltoall ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
+# Staged sends (the lazy-loading-safe mode) on the host runtime, with staging
+# pieces small enough that messages span many (pipelined staging).
+ferry_p2p_test(p2p.alltoall.staged.n3 3 alltoall)
+set_tests_properties(p2p.alltoall.staged.n3 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=4K")
 ferry_p2p_test(p2p.unbatched.staged.n2 2 unbatched ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
-ferry_p2p_test(p2p.mixes.staged.n2 2 mixes ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
-ferry_p2p_test(p2p.stress.staged.n3 3 stress ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
+ferry_p2p_test(p2p.mixes.staged.n2 2 mixes)
+set_tests_properties(p2p.mixes.staged.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=1")
+ferry_p2p_test(p2p.stress.staged.n3 3 stress)
+set_tests_properties(p2p.stress.staged.n3 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.timeout.n2 2 timeout ENVIRONMENT FERRY_P2P_TIMEOUT=2)
 
 # Kernel point-to-point (NCCL_PASS_SM=0): the same cases through the kernel

@@ -18,6 +18,9 @@ struct DriverApi {
   CUresult (*pointerGetAttributes)(unsigned int, CUpointer_attribute*, void**,
                                    CUdeviceptr) = nullptr;
   CUresult (*moduleGetLoadingMode)(CUmoduleLoadingMode*) = nullptr;
+  // CUDA 12.4+: explicit per-context function loading (null on older drivers).
+  CUresult (*funcIsLoaded)(CUfunctionLoadingState*, CUfunction) = nullptr;
+  CUresult (*funcLoad)(CUfunction) = nullptr;
 };
 
 // The resolved entry points; the first call resolves them (and so initialises

@@ -201,22 +201,55 @@ bool lazyModuleLoading() {
   return mode == CU_MODULE_LAZY_LOADING;
 }
 
+namespace {
+
+// Loads one kernel into the current context. cudaFuncGetAttributes alone is
+// not enough: with CUDA 12+ context-independent kernels it can answer from
+// the library without loading the function into this context, and the first
+// launch then still loads it (measured on H200 / driver 580: such a
+// "preloaded" kernel's launch blocked behind a pending cuStreamWaitValue).
+// cuFuncLoad finalizes the per-context load now.
+Status loadKernel(const DriverApi& api, const device::KernelEntry& k, bool* loaded) {
+  *loaded = false;
+  if (api.funcLoad == nullptr || api.funcIsLoaded == nullptr) return ncclSuccess;
+  cudaFunction_t fn = nullptr;
+  FERRY_CUDA_TRY(cudaGetFuncBySymbol(&fn, k.func));
+  CUfunction f = reinterpret_cast<CUfunction>(fn);
+  FERRY_CU_TRY(api.funcLoad(f));
+  CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_UNLOADED;
+  FERRY_CU_TRY(api.funcIsLoaded(&state, f));
+  *loaded = state == CU_FUNCTION_LOADING_STATE_LOADED;
+  return ncclSuccess;
+}
+
+}  // namespace
+
 Status preloadKernels() {
+  const DriverApi* api = nullptr;
+  FERRY_CHECK(driverApi(&api));
   size_t count = 0;
   const device::KernelEntry* kernels = device::allKernels(&count);
+  size_t loaded = 0;
   for (size_t i = 0; i < count; ++i) {
-    // Querying a kernel's attributes loads its module into the current
-    // context now, however lazy loading is configured.
+    bool ok = false;
+    FERRY_CHECK(loadKernel(*api, kernels[i], &ok));
+    loaded += ok ? 1 : 0;
+    // The attribute query also loads the module on drivers without cuFuncLoad.
     cudaFuncAttributes attr;
-    cudaError_t e = cudaFuncGetAttributes(&attr, kernels[i].func);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      FERRY_FAIL(ncclUnhandledCudaError, "preloadKernels: cudaFuncGetAttributes(%s) failed: %s",
-                 kernels[i].name, cudaGetErrorString(e));
-    }
-    FERRY_INFO(kLogInit, "cuda runtime: loaded kernel %s (%d registers, %zu B local)",
-               kernels[i].name, attr.numRegs, attr.localSizeBytes);
+    FERRY_CUDA_TRY(cudaFuncGetAttributes(&attr, kernels[i].func));
+    FERRY_TRACE(kLogInit, "cuda runtime: kernel %s %s (%d registers, %zu B local)", kernels[i].name,
+                ok ? "loaded" : "queried", attr.numRegs, attr.localSizeBytes);
   }
+  if (loaded != count) {
+    static std::once_flag warnOnce;
+    std::call_once(warnOnce, [loaded, count] {
+      FERRY_WARN(
+          "cuFuncLoad is not available or did not load every kernel (%zu of %zu): under lazy "
+          "module loading a Ferry kernel's first launch may wait behind a pending stream wait",
+          loaded, count);
+    });
+  }
+  FERRY_INFO(kLogInit, "cuda runtime: %zu Ferry kernels loaded into the context", loaded);
   return ncclSuccess;
 }
 
