@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop memopgdb memopsuite collsan llsweep
+#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces collsan llsweep
 set -uo pipefail
 src=$1
 shift
@@ -130,6 +130,43 @@ for s in $stages; do
         ctest -R "gpu.p2p|gpu.coll.mixed|gpu.coll.graph" -E "${MEMOP_EXCLUDE:-large}" --timeout 40 \
         >"$out/memopsuite-$mode.log" 2>&1
        grep -E "Failed|Timeout|tests passed" "$out/memopsuite-$mode.log" | head -12)
+    done
+    ;;
+  floor)
+    # The GEMM slowdown zero-SM traffic causes by itself, with GPU 0's clocks
+    # and power sampled meanwhile.
+    stage floor
+    nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader -lms 100 >"$out/smi.log" 2>&1 &
+    smi=$!
+    timeout 120 $b/bench/ferry-overlap-floor 268435456 20
+    kill $smi 2>/dev/null
+    awk -F', ' '$1==0 {split($2,c," "); split($3,p," "); n++; cs+=c[1]; ps+=p[1]; if (c[1]<cm||cm==0) cm=c[1]; if (p[1]>pm) pm=p[1]}
+      END {printf "GPU0 sm clock avg %.0f min %.0f MHz, power avg %.0f max %.0f W (%d samples)\n", cs/n, cm, ps/n, pm, n}' "$out/smi.log"
+    ;;
+  alias)
+    # Is the memop hang two streams sharing one hardware queue? memop waits,
+    # eager loading, with 1 and with 32 device connections; then the
+    # preloaded-kernel launch test under eager loading and with 32 connections.
+    stage alias
+    for c in 1 32; do
+      echo "--- CUDA_DEVICE_MAX_CONNECTIONS=$c memop EAGER coll mixed / p2p alltoall"
+      for prog in "coll mixed" "p2p alltoall"; do
+        set -- $prog
+        CUDA_DEVICE_MAX_CONNECTIONS=$c CUDA_MODULE_LOADING=EAGER FERRY_USER_WAIT=memop FERRY_P2P_STREAM_WAIT=0 \
+          NCCL_DEBUG=WARN timeout 25 $run --timeout 20 $b/tests/mp_$1 $2 2>&1 | grep -E "PASS|FAIL|timeout|hang" | head -2
+      done
+    done
+    for v in "CUDA_MODULE_LOADING=EAGER" "CUDA_DEVICE_MAX_CONNECTIONS=32" "CUDA_DEVICE_MAX_CONNECTIONS=1"; do
+      echo "--- $v RuntimeCudaZc.Preloaded"
+      (cd $b && env $v ctest -R "RuntimeCudaZc.Preloaded" --timeout 25 2>&1 | grep -E "tests passed|Failed")
+    done
+    ;;
+  pieces)
+    # Staging piece size under lazy loading (1G = one piece, no pipelining).
+    stage pieces
+    for p in 1G 4M 16M; do
+      echo "--- LAZY FERRY_P2P_STAGE_PIECE_BYTES=$p"
+      CUDA_MODULE_LOADING=LAZY FERRY_P2P_STAGE_PIECE_BYTES=$p ferryOnly sendrecv -b 1M -e 256M -f 4 -w 3 -n 10
     done
     ;;
   collsan)
