@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces collsan llsweep
+#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage collsan llsweep
 set -uo pipefail
 src=$1
 shift
@@ -138,7 +138,7 @@ for s in $stages; do
     stage floor
     nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader -lms 100 >"$out/smi.log" 2>&1 &
     smi=$!
-    timeout 120 $b/bench/ferry-overlap-floor 268435456 20
+    timeout 120 $b/bench/ferry-overlap-floor 268435456 ${FLOOR_ITERS:-100}
     kill $smi 2>/dev/null
     awk -F', ' '$1==0 {split($2,c," "); split($3,p," "); n++; cs+=c[1]; ps+=p[1]; if (c[1]<cm||cm==0) cm=c[1]; if (p[1]>pm) pm=p[1]}
       END {printf "GPU0 sm clock avg %.0f min %.0f MHz, power avg %.0f max %.0f W (%d samples)\n", cs/n, cm, ps/n, pm, n}' "$out/smi.log"
@@ -167,6 +167,19 @@ for s in $stages; do
     for p in 1G 4M 16M; do
       echo "--- LAZY FERRY_P2P_STAGE_PIECE_BYTES=$p"
       CUDA_MODULE_LOADING=LAZY FERRY_P2P_STAGE_PIECE_BYTES=$p ferryOnly sendrecv -b 1M -e 256M -f 4 -w 3 -n 10
+    done
+    ;;
+  nostage)
+    # Does a one-thread spin-kernel wait stall lazy kernel loads (NOTES trap 2),
+    # now that every Ferry kernel is really loaded (cuFuncLoad)? The issue's
+    # scenario and the unbatched orders, lazy loading, sends NOT staged.
+    stage nostage
+    for v in "1 lazy" "0 lazy" "1 lazy" "1 unbatched" "1 mixes"; do
+      set -- $v
+      echo "--- LAZY kernel waits, not staged, FERRY_P2P_ZERO_COPY=$1 $2"
+      if [ $2 = lazy ]; then prog=$b/tests/gpu_p2p_lazy; else prog="$b/tests/mp_p2p $2"; fi
+      CUDA_MODULE_LOADING=LAZY FERRY_USER_WAIT=kernel FERRY_P2P_STAGE_SENDS=0 FERRY_P2P_ZERO_COPY=$1 \
+        NCCL_DEBUG=WARN timeout 40 $run --timeout 35 $prog 2>&1 | grep -E "PASS|FAIL|hang|timeout" | head -2
     done
     ;;
   collsan)
