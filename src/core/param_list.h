@@ -50,7 +50,7 @@
     "1: write straight into the receiver's buffer when it can be mapped (one copy per byte).")    \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
-    "(a one-thread spin kernel), auto (kernel on CUDA: memop waits hang on H200, NOTES.md).")     \
+    "(a one-thread spin kernel), auto (kernel on CUDA: memop waits block other streams' kernels on H200).")     \
   X(P2pStreamWait, "FERRY_P2P_STREAM_WAIT", Int, "1",                                              \
     "1: with memop user waits and eager module loading, a zero-copy send's copy stream waits for " \
     "the receiver on the GPU (back-to-back messages pipeline); 0: the proxy polls instead.")     \

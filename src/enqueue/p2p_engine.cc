@@ -25,13 +25,20 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
     e->spinWait_ = true;
   } else if (wait == "memop") {
     e->spinWait_ = false;
+    if (ctx.runtime->kind() == rt::RuntimeKind::Cuda) {
+      FERRY_WARN(
+          "FERRY_USER_WAIT=memop: on H200 / driver 580 a stream parked in cuStreamWaitValue64 "
+          "keeps kernels on other streams from running until it is released, so a collective "
+          "or kernel p2p launched while a receive waits can deadlock (NOTES.md)");
+    }
   } else {
     if (wait != "auto")
       FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
-    // auto = the spin kernel on CUDA: measured on H200 / driver 580, a user
-    // stream's cuStreamWaitValue64 on our memfd-backed, host-registered control
-    // block is never released by the peer's writes (the spin kernel sees them),
-    // so memop stays opt-in until that is understood (NOTES.md).
+    // auto = the spin kernel on CUDA: measured on H200 / driver 580, while a
+    // stream waits in cuStreamWaitValue64 on a host word, kernels launched on
+    // other streams do not run until the wait is released (with 1 or 32
+    // device connections, eager or lazy loading), which deadlocks a collective
+    // or kernel p2p that the awaited peer needs first (NOTES.md trap 16).
     e->spinWait_ = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
   }
   const bool lazyCuda =
@@ -144,6 +151,50 @@ Status P2pEngine::makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op)
   return ncclSuccess;
 }
 
+// Takes a staging block for every send of the launch with a payload.
+Status P2pEngine::takeStaging(const std::vector<P2pTask>& tasks, std::vector<void*>* staged) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const P2pTask& t = tasks[i];
+    if (!t.isSend || t.bytes == 0) continue;
+    SendConnection* c = state_.send[t.peer].get();
+    uint64_t seq =
+        c->nextSeq + static_cast<uint64_t>(std::count_if(
+                         tasks.begin(), tasks.begin() + static_cast<long>(i),
+                         [&t](const P2pTask& o) { return o.isSend && o.peer == t.peer; }));
+    FERRY_CHECK(staging_->take(t.bytes, c, seq, &(*staged)[i]));
+  }
+  return ncclSuccess;
+}
+
+// True if any receive buffer of the launch overlaps the source of a staged send.
+bool P2pEngine::receivesOverlapStaged(const std::vector<P2pTask>& tasks,
+                                      const std::vector<void*>& staged) {
+  for (size_t r = 0; r < tasks.size(); ++r) {
+    if (tasks[r].isSend || tasks[r].bytes == 0) continue;
+    auto rb = reinterpret_cast<uintptr_t>(tasks[r].buffer);
+    for (size_t s = 0; s < tasks.size(); ++s) {
+      if (staged[s] == nullptr) continue;
+      auto sb = reinterpret_cast<uintptr_t>(tasks[s].buffer);
+      if (rb < sb + tasks[s].bytes && sb < rb + tasks[r].bytes) return true;
+    }
+  }
+  return false;
+}
+
+// Issues every staged send's staging copies (and piece events) on its stream.
+Status P2pEngine::issueStaging(const std::vector<P2pTask>& tasks,
+                               std::vector<std::unique_ptr<rt::Stream>>& streams,
+                               const std::vector<size_t>& streamOf,
+                               const std::vector<void*>& staged,
+                               std::vector<std::vector<std::shared_ptr<rt::Event>>>* pieces) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (staged[i] != nullptr) {
+      FERRY_CHECK(stageSend(tasks[i], *streams[streamOf[i]], staged[i], &(*pieces)[i]));
+    }
+  }
+  return ncclSuccess;
+}
+
 // Copies a send's payload into its staging block on the user's stream, one
 // piece at a time, recording an event after each piece for the copy stream.
 Status P2pEngine::stageSend(const P2pTask& task, rt::Stream& stream, void* block,
@@ -183,24 +234,16 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
   for (size_t i = 0; i < tasks.size(); ++i) {
     FERRY_CHECK(streamFor(tasks[i].stream, handles, streams, &streamOf[i]));
   }
-  // Staged sends copy their payload on the user's stream first, piece by
-  // piece (an event after each); the ready events recorded after them cover
-  // those copies too.
+  // Staged sends copy their payload on the user's stream, piece by piece (an
+  // event after each). Normally after the receives' readiness (ready events,
+  // recvReady writes), so peers may start writing into this rank's receive
+  // buffers while it stages; if a receive buffer overlaps a staged send's
+  // source, the staging goes first (the peer must not overwrite unread data).
   std::vector<void*> staged(tasks.size(), nullptr);
   std::vector<std::vector<std::shared_ptr<rt::Event>>> pieces(tasks.size());
-  if (stageSends_) {
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      const P2pTask& t = tasks[i];
-      if (!t.isSend || t.bytes == 0) continue;
-      SendConnection* c = state_.send[t.peer].get();
-      uint64_t seq =
-          c->nextSeq + static_cast<uint64_t>(std::count_if(
-                           tasks.begin(), tasks.begin() + static_cast<long>(i),
-                           [&t](const P2pTask& o) { return o.isSend && o.peer == t.peer; }));
-      FERRY_CHECK(staging_->take(t.bytes, c, seq, &staged[i]));
-      FERRY_CHECK(stageSend(t, *streams[streamOf[i]], staged[i], &pieces[i]));
-    }
-  }
+  if (stageSends_) FERRY_CHECK(takeStaging(tasks, &staged));
+  const bool stageFirst = stageSends_ && receivesOverlapStaged(tasks, staged);
+  if (stageFirst) FERRY_CHECK(issueStaging(tasks, streams, streamOf, staged, &pieces));
   for (auto& stream : streams) {
     std::shared_ptr<rt::Event> ev;
     FERRY_CHECK(newEvent(&ev));
@@ -216,11 +259,6 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
     op->buffer = static_cast<char*>(staged[i] != nullptr ? staged[i] : t.buffer);
     op->bytes = t.bytes;
     op->ready = ready[streamOf[i]];
-    if (staged[i] != nullptr) {
-      op->staged = std::move(pieces[i]);  // piece 0's event also covers earlier work
-      op->stagePiece = stagePieceBytes(t.bytes, stagePiece_);
-      op->ready.reset();
-    }
     op->asyncError = asyncError_;
     op->streamWaitsPeer = streamWaitsPeer_;
     op->timeoutNs = opTimeoutNs_;
@@ -233,6 +271,15 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
       FERRY_CHECK(makeRecvOp(t, *streams[streamOf[i]], op.get()));
     }
     ops.push_back(std::move(op));
+  }
+  if (stageSends_ && !stageFirst)
+    FERRY_CHECK(issueStaging(tasks, streams, streamOf, staged, &pieces));
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (staged[i] == nullptr) continue;
+    P2pOp& op = *ops[i];
+    op.staged = std::move(pieces[i]);  // piece 0's event also covers earlier work
+    op.stagePiece = stagePieceBytes(op.bytes, stagePiece_);
+    op.ready.reset();
   }
   // What the user streams wait for, taken before posting: once posted, an
   // operation belongs to the proxy thread, which frees it when done.

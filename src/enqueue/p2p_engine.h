@@ -71,6 +71,14 @@ class P2pEngine {
   [[nodiscard]] Status newEvent(std::shared_ptr<rt::Event>* out);
   [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks);
   [[nodiscard]] Status makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op);
+  [[nodiscard]] Status takeStaging(const std::vector<P2pTask>& tasks, std::vector<void*>* staged);
+  static bool receivesOverlapStaged(const std::vector<P2pTask>& tasks,
+                                    const std::vector<void*>& staged);
+  [[nodiscard]] Status issueStaging(const std::vector<P2pTask>& tasks,
+                                    std::vector<std::unique_ptr<rt::Stream>>& streams,
+                                    const std::vector<size_t>& streamOf,
+                                    const std::vector<void*>& staged,
+                                    std::vector<std::vector<std::shared_ptr<rt::Event>>>* pieces);
   [[nodiscard]] Status stageSend(const P2pTask& task, rt::Stream& stream, void* block,
                                  std::vector<std::shared_ptr<rt::Event>>* events);
 
