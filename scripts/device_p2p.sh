@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage collsan llsweep
+#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax collsan llsweep
 set -uo pipefail
 src=$1
 shift
@@ -181,6 +181,16 @@ for s in $stages; do
       CUDA_MODULE_LOADING=LAZY FERRY_USER_WAIT=kernel FERRY_P2P_STAGE_SENDS=0 FERRY_P2P_ZERO_COPY=$1 \
         NCCL_DEBUG=WARN timeout 40 $run --timeout 35 $prog 2>&1 | grep -E "PASS|FAIL|hang|timeout" | head -2
     done
+    ;;
+  kmax)
+    # The kernel-p2p threshold: the default against NCCL over 32K..2M, then
+    # Ferry alone with the old 64K threshold.
+    stage kmax
+    timeout 60 $run --timeout 55 $b/bench/ferry-bench sendrecv,alltoall -b 32K -e 2M -f 2 -w 5 -n 20 \
+      --inplace no --lib $b/libnccl.so.2 --compare "$nccl" >"$out/kmax.txt" 2>&1
+    echo "kmax exit $?"; grep -v "^\[1\]" "$out/kmax.txt" | grep -E "^\[0\] +[0-9].*N/A.*N/A.*N/A.*N/A.*N/A.*N/A$" | tail -14
+    echo "--- FERRY_P2P_KERNEL_MAX_BYTES=64K"
+    FERRY_P2P_KERNEL_MAX_BYTES=64K ferryOnly sendrecv,alltoall -b 32K -e 2M -f 2 -w 5 -n 20
     ;;
   collsan)
     stage collsan
