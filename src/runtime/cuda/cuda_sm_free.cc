@@ -203,12 +203,13 @@ bool lazyModuleLoading() {
 
 namespace {
 
-// Loads one kernel into the current context. cudaFuncGetAttributes alone is
-// not enough: with CUDA 12+ context-independent kernels it can answer from
-// the library without loading the function into this context, and the first
-// launch then still loads it (measured on H200 / driver 580: such a
-// "preloaded" kernel's launch blocked behind a pending cuStreamWaitValue).
-// cuFuncLoad finalizes the per-context load now.
+// Loads one kernel into the current context. With CUDA 12+ context-
+// independent kernels, cudaFuncGetAttributes may answer from the library
+// without finalizing the per-context load (the driver API documents attribute
+// queries on unloaded functions); cuFuncLoad finalizes it now, so no Ferry
+// kernel is loaded lazily later. (The GPU test that once pointed here failed
+// for another reason: a pending cuStreamWaitValue64 keeps other streams'
+// kernels from running, eager loading too; NOTES.md trap 16.)
 Status loadKernel(const DriverApi& api, const device::KernelEntry& k, bool* loaded) {
   *loaded = false;
   if (api.funcLoad == nullptr || api.funcIsLoaded == nullptr) return ncclSuccess;
