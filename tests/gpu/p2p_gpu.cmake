@@ -32,3 +32,7 @@ endif()
 # SM-free p2p at every size (small messages default to kernel p2p).
 ferry_gpu_p2p_test(gpu.p2p.alltoall.smfree alltoall ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_gpu_p2p_test(gpu.p2p.stress.smfree stress ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+# Staged sends whose receive lands in the send buffer itself (not yet run on
+# a GPU when written: session 4 had no device time left).
+ferry_gpu_p2p_test(gpu.p2p.swap.staged swap)
+set_tests_properties(gpu.p2p.swap.staged PROPERTIES ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")

@@ -42,6 +42,9 @@ set_tests_properties(p2p.mixes.staged.n2 PROPERTIES
 ferry_p2p_test(p2p.stress.staged.n3 3 stress)
 set_tests_properties(p2p.stress.staged.n3 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
+ferry_p2p_test(p2p.swap.staged.n2 2 swap)
+set_tests_properties(p2p.swap.staged.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.timeout.n2 2 timeout ENVIRONMENT FERRY_P2P_TIMEOUT=2)
 
 # Kernel point-to-point (NCCL_PASS_SM=0): the same cases through the kernel

@@ -233,13 +233,41 @@ void caseMixes(World& w) {
   }
 }
 
+// Staged sends only (FERRY_P2P_STAGE_SENDS=1): one group sends a buffer to
+// the peer and receives the peer's bytes into the SAME buffer, zero-copy.
+// The send is staged from the buffer, so the receive may let the peer write
+// into it only after the staging copies have read it; each side must end up
+// with exactly the other's original bytes. (Without staging the NCCL API
+// leaves this undefined, so the case is skipped there.)
+void caseSwap(World& w) {
+  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
+  if (w.nranks % 2 != 0 || stage == nullptr || strcmp(stage, "1") != 0) {
+    printf("swap: skipped (needs an even rank count and FERRY_P2P_STAGE_SENDS=1)\n");
+    return;
+  }
+  const int peer = w.rank ^ 1;
+  for (int round = 0; round < 64; ++round) {
+    const size_t bytes = (size_t{3} << 20) + 4099 * static_cast<size_t>(round);
+    Message in(w, 700 + round, peer, w.rank, bytes, BufferKind::Mapped);
+    std::vector<uint8_t> mine(bytes);
+    expectedPayload(w, 700 + round, w.rank, peer, mine.data(), bytes);
+    in.buf.upload(mine.data(), bytes);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(in.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    in.verify("swap");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(World&)>> cases = {
       {"alltoall", caseAlltoall},   {"stress", caseStress},   {"dtypes", caseDtypes},
       {"unbatched", caseUnbatched}, {"mixes", caseMixes},     {"large", caseLarge},
-      {"abort", caseAbortInFlight}, {"timeout", caseTimeout},
+      {"abort", caseAbortInFlight}, {"timeout", caseTimeout}, {"swap", caseSwap},
   };
   return runCase(argc, argv, cases);
 }
