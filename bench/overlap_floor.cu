@@ -1,23 +1,24 @@
 // ferry-overlap-floor: what a bf16 GEMM on GPU 0 loses to traffic that takes
-// no SMs at all, measured with the same method as ferry-bench --overlap
-// (GEMMs enqueued back to back, the traffic launched beside them, GEMM time
-// from events around the whole batch). It separates the cost of the copy
-// engines themselves (HBM, NVLink, power) from what a communication library
-// adds on top (SMs for kernels, one-thread wait kernels, staging copies).
+// no SMs at all, measured with ferry-bench's own GEMM loop (GemmLoop in
+// ferry_bench/overlap.h: GEMMs enqueued back to back, the traffic launched
+// beside them, GEMM time from events around the whole batch). It separates
+// the cost of the copy engines themselves (HBM, NVLink, power) from what a
+// communication library adds on top (SMs for kernels, one-thread wait
+// kernels, staging copies).
 //
 // Usage: ferry-overlap-floor [bytes] [iters]   (one process, two GPUs)
 // Each line: the traffic kind, the GEMM's TFLOP/s alone and beside it, and
 // the slowdown (alone / beside).
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include "ferry_bench/overlap.h"
 
 namespace {
 
@@ -39,57 +40,6 @@ __global__ void spinFor(unsigned long long ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   } while (now - start < ns);
 }
-
-struct Gemm {
-  int n = 8192;
-  void *a = nullptr, *b = nullptr, *c = nullptr;
-  cublasHandle_t handle = nullptr;
-  cudaStream_t stream = nullptr;
-  void init() {
-    size_t bytes = size_t(n) * n * 2;
-    CHECK(cudaMalloc(&a, bytes));
-    CHECK(cudaMalloc(&b, bytes));
-    CHECK(cudaMalloc(&c, bytes));
-    std::vector<uint16_t> host(size_t(n) * n);
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (uint16_t& h : host) {  // random bf16 in (-1, 1)
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      h = static_cast<uint16_t>(((x >> 20) & 0x8000) | ((119 + (x >> 8) % 8) << 7) | (x & 0x7f));
-    }
-    CHECK(cudaMemcpy(a, host.data(), bytes, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice));
-    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) exit(1);
-    cublasSetStream(handle, stream);
-  }
-  void enqueue(int count) {
-    const float alpha = 1, beta = 0;
-    for (int i = 0; i < count; ++i) {
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
-                   CUDA_R_16BF, n, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
-    }
-  }
-  // Seconds per GEMM over `count` back-to-back GEMMs, with `beside` enqueued
-  // after them (on other streams) before the host waits.
-  template <typename F>
-  double timeBatch(int count, F beside) {
-    cudaEvent_t s, e;
-    CHECK(cudaEventCreate(&s));
-    CHECK(cudaEventCreate(&e));
-    CHECK(cudaEventRecord(s, stream));
-    enqueue(count);
-    CHECK(cudaEventRecord(e, stream));
-    beside();
-    CHECK(cudaDeviceSynchronize());
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, s, e));
-    CHECK(cudaEventDestroy(s));
-    CHECK(cudaEventDestroy(e));
-    return ms / 1e3 / count;
-  }
-  double tflops(double sec) const { return 2.0 * n * double(n) * n / sec / 1e12; }
-};
 
 }  // namespace
 
@@ -114,10 +64,17 @@ int main(int argc, char** argv) {
   }
   CHECK(cudaSetDevice(0));
   CHECK(cudaStreamCreateWithFlags(&local, cudaStreamNonBlocking));
-  Gemm g;
-  g.init();
-  g.timeBatch(3, [] {});
-  double alone = g.timeBatch(10, [] {});
+  using ferry::bench::Backend;
+  const ferry::bench::Device gpu0{Backend::Cuda, 0, nullptr};
+  ferry::bench::GemmLoop g;
+  ferry::bench::Stream beside;  // GemmLoop times "traffic" on it; unused otherwise
+  std::string error;
+  double aloneTflops = 0;
+  if (!g.init(gpu0, 8192, &error) || !beside.create(gpu0, &error) ||
+      !g.measureAlone(&aloneTflops, &error)) {
+    fprintf(stderr, "ferry-overlap-floor: %s\n", error.c_str());
+    return 1;
+  }
   // Bidirectional copy-engine traffic, timed alone to size the GEMM batch.
   auto traffic = [&] {
     for (int i = 0; i < iters; ++i) {
@@ -137,10 +94,9 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   float trafficMs = 0;
   CHECK(cudaEventElapsedTime(&trafficMs, t0, t1));
-  int cover = std::max(1, static_cast<int>(std::ceil(trafficMs / 1e3 / alone)));
   printf(
-      "# %zu B x %d each way: %.1f GB/s per direction alone; GEMM %d^3 bf16 %.1f TFLOP/s alone\n",
-      bytes, iters, bytes * double(iters) / (trafficMs / 1e3) / 1e9, g.n, g.tflops(alone));
+      "# %zu B x %d each way: %.1f GB/s per direction alone; GEMM 8192^3 bf16 %.1f TFLOP/s alone\n",
+      bytes, iters, bytes * double(iters) / (trafficMs / 1e3) / 1e9, aloneTflops);
   unsigned long long window = static_cast<unsigned long long>(trafficMs * 1e6);
   struct Kind {
     const char* name;
@@ -167,22 +123,34 @@ int main(int argc, char** argv) {
   // kinds alike; each kind's median is compared with the median of "nothing"
   // (the GEMM alone, measured the same way in the same rounds).
   constexpr int kRounds = 5;
-  std::vector<std::vector<double>> sec(kinds.size());
+  std::vector<std::vector<double>> tflops(kinds.size());
   for (int r = 0; r < kRounds; ++r) {
-    for (size_t k = 0; k < kinds.size(); ++k) sec[k].push_back(g.timeBatch(cover, kinds[k].launch));
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      double t = 0, trafficSec = 0;
+      auto launch = [&](std::string*) {
+        kinds[k].launch();
+        return true;
+      };
+      if (!g.measureUnderTraffic(beside, 1, trafficMs / 1e3, launch, &trafficSec, &t, &error)) {
+        fprintf(stderr, "ferry-overlap-floor: %s\n", error.c_str());
+        return 1;
+      }
+      tflops[k].push_back(t);
+    }
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  const double base = median(sec[0]);
+  const double base = median(tflops[0]);
   printf(
-      "# %d rounds, medians; slowdown = time beside / time of the GEMM alone in the same rounds\n",
+      "# %d rounds, medians; slowdown = GEMM alone / GEMM beside, alone measured in the same "
+      "rounds\n",
       kRounds);
   printf("# %-34s %10s %10s %9s\n", "beside the GEMM", "alone", "beside", "slowdown");
   for (size_t k = 0; k < kinds.size(); ++k) {
-    const double m = median(sec[k]);
-    printf("  %-34s %10.1f %10.1f %9.3f\n", kinds[k].name, g.tflops(base), g.tflops(m), m / base);
+    const double m = median(tflops[k]);
+    printf("  %-34s %10.1f %10.1f %9.3f\n", kinds[k].name, base, m, base / m);
   }
   return 0;
 }
