@@ -216,15 +216,20 @@ Status loadKernel(const DriverApi& api, const device::KernelEntry& k, bool* load
   cudaFunction_t fn = nullptr;
   FERRY_CUDA_TRY(cudaGetFuncBySymbol(&fn, k.func));
   CUfunction f = reinterpret_cast<CUfunction>(fn);
-  FERRY_CU_TRY(api.funcLoad(f));
   CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_UNLOADED;
   FERRY_CU_TRY(api.funcIsLoaded(&state, f));
+  if (state != CU_FUNCTION_LOADING_STATE_LOADED) {
+    FERRY_CU_TRY(api.funcLoad(f));
+    FERRY_CU_TRY(api.funcIsLoaded(&state, f));
+  }
   *loaded = state == CU_FUNCTION_LOADING_STATE_LOADED;
   return ncclSuccess;
 }
 
 }  // namespace
 
+// Runs at every communicator init; after the first on a context each kernel
+// costs one symbol lookup and one state query.
 Status preloadKernels() {
   const DriverApi* api = nullptr;
   FERRY_CHECK(driverApi(&api));
@@ -234,12 +239,14 @@ Status preloadKernels() {
   for (size_t i = 0; i < count; ++i) {
     bool ok = false;
     FERRY_CHECK(loadKernel(*api, kernels[i], &ok));
-    loaded += ok ? 1 : 0;
-    // The attribute query also loads the module on drivers without cuFuncLoad.
+    if (ok) {
+      ++loaded;
+      continue;
+    }
+    // Without cuFuncLoad, an attribute query is the best available nudge
+    // (it loads the module on older drivers).
     cudaFuncAttributes attr;
     FERRY_CUDA_TRY(cudaFuncGetAttributes(&attr, kernels[i].func));
-    FERRY_TRACE(kLogInit, "cuda runtime: kernel %s %s (%d registers, %zu B local)", kernels[i].name,
-                ok ? "loaded" : "queried", attr.numRegs, attr.localSizeBytes);
   }
   if (loaded != count) {
     static std::once_flag warnOnce;
