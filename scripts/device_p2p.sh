@@ -183,14 +183,17 @@ for s in $stages; do
     done
     ;;
   kmax)
-    # The kernel-p2p threshold: the default against NCCL over 32K..2M, then
-    # Ferry alone with the old 64K threshold.
+    # Kernel p2p against NCCL at small and mid sizes (the default threshold),
+    # then Ferry alone with kernel p2p up to 4M and with SM-free from 8 B, to
+    # place FERRY_P2P_KERNEL_MAX_BYTES where the two curves cross.
     stage kmax
-    timeout 60 $run --timeout 55 $b/bench/ferry-bench sendrecv,alltoall -b 32K -e 2M -f 2 -w 5 -n 20 \
+    timeout 90 $run --timeout 85 $b/bench/ferry-bench sendrecv,alltoall -b 8 -e 4M -f 2 -w 5 -n 30 \
       --inplace no --lib $b/libnccl.so.2 --compare "$nccl" >"$out/kmax.txt" 2>&1
-    echo "kmax exit $?"; grep -v "^\[1\]" "$out/kmax.txt" | grep -E "^\[0\] +[0-9].*N/A.*N/A.*N/A.*N/A.*N/A.*N/A$" | tail -14
-    echo "--- FERRY_P2P_KERNEL_MAX_BYTES=64K"
-    FERRY_P2P_KERNEL_MAX_BYTES=64K ferryOnly sendrecv,alltoall -b 32K -e 2M -f 2 -w 5 -n 20
+    echo "kmax exit $?"; grep -v "^\[1\]" "$out/kmax.txt" | grep -v INFO | grep -E "^\[0\] +[0-9]|#wrong" | tail -46
+    echo "--- kernel p2p up to 4M (FERRY_P2P_KERNEL_MAX_BYTES=4M)"
+    FERRY_P2P_KERNEL_MAX_BYTES=4M ferryOnly sendrecv,alltoall -b 32K -e 4M -f 2 -w 5 -n 30
+    echo "--- SM-free everywhere (FERRY_P2P_KERNEL_MAX_BYTES=0)"
+    FERRY_P2P_KERNEL_MAX_BYTES=0 ferryOnly sendrecv -b 8 -e 4M -f 4 -w 5 -n 30
     ;;
   collsan)
     stage collsan

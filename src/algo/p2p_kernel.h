@@ -23,6 +23,11 @@ namespace ferry::algo {
 // a block waiting for an unscheduled block of its own launch would hang.
 constexpr int kMaxKernelP2pTasks = 1024;
 constexpr int kMaxKernelP2pBlocks = 128;
+// The argument is copied into every launch, so its size is latency: a group
+// that fits the small table (every 2-8 rank sendrecv or all-to-all) takes a
+// < 1 KiB argument instead of the 32 KiB one.
+constexpr int kSmallKernelP2pTasks = 32;
+constexpr int kSmallKernelP2pBlocks = 32;
 
 struct P2pTaskArg {
   void* buf;
@@ -31,7 +36,10 @@ struct P2pTaskArg {
   int32_t isSend;
 };
 
-struct P2pArgs {
+template <int kTasks, int kBlocks>
+struct P2pArgsT {
+  static constexpr int kMaxTasks = kTasks;
+  static constexpr int kMaxBlocks = kBlocks;
   int32_t nblocks;
   int32_t pos;  // for log lines
   uint32_t nslots;
@@ -40,16 +48,20 @@ struct P2pArgs {
   RingChannel* peerChannels;  // by peer rank, in the executor's memory
   const volatile uint32_t* abortFlag;
   uint64_t timeoutNs;
-  uint16_t blockBegin[kMaxKernelP2pBlocks + 1];  // block b: tasks [begin[b], begin[b+1])
-  P2pTaskArg tasks[kMaxKernelP2pTasks];
+  uint16_t blockBegin[kBlocks + 1];  // block b: tasks [begin[b], begin[b+1])
+  P2pTaskArg tasks[kTasks];
 };
+using P2pArgs = P2pArgsT<kMaxKernelP2pTasks, kMaxKernelP2pBlocks>;
+using P2pArgsSmall = P2pArgsT<kSmallKernelP2pTasks, kSmallKernelP2pBlocks>;
 static_assert(std::is_trivially_copyable_v<P2pArgs> && sizeof(P2pArgs) <= 32000,
               "kernel argument (CUDA >= 12.1 allows 32764 bytes)");
+static_assert(std::is_trivially_copyable_v<P2pArgsSmall> && sizeof(P2pArgsSmall) <= 1024,
+              "the small variant exists to keep the argument under 1 KiB");
 
 // Runs block b's tasks; stores back only its own direction's counter (the
 // peer's other direction belongs to another block of the same launch).
-template <class P>
-FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const P2pArgs& a, int b) {
+template <class P, class Args>
+FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const Args& a, int b) {
   using Op = CollOp<int8_t, kFnCopy>;
   const P2pTaskArg& first = a.tasks[a.blockBegin[b]];
   RingChannel& ch = a.peerChannels[first.peer];

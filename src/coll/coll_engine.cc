@@ -38,6 +38,38 @@ std::string lowered(const std::string& text, size_t b, size_t e) {
   return s;
 }
 
+// Kernel p2p blocks by (peer, direction) in order of first appearance; tasks
+// keep their call order inside a block. Refuses groups the large argument
+// table cannot hold.
+Status groupP2pBlocks(const std::vector<P2pTask>& tasks, P2pBlocks* blocks, int* ntasks) {
+  *ntasks = 0;
+  for (const P2pTask& t : tasks) {
+    if (t.bytes == 0) continue;  // moves nothing on either side
+    int key = t.peer * 2 + (t.isSend ? 1 : 0);
+    auto it =
+        std::find_if(blocks->begin(), blocks->end(), [key](auto& b) { return b.first == key; });
+    if (it == blocks->end()) {
+      blocks->emplace_back(key, std::vector<const P2pTask*>{});
+      it = blocks->end() - 1;
+    }
+    it->second.push_back(&t);
+    ++*ntasks;
+  }
+  if (blocks->size() > static_cast<size_t>(algo::kMaxKernelP2pBlocks)) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "kernel point-to-point takes at most %d (peer, direction) pairs per group (this "
+               "group has %zu); use NCCL_PASS_SM=1",
+               algo::kMaxKernelP2pBlocks, blocks->size());
+  }
+  if (*ntasks > algo::kMaxKernelP2pTasks) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "kernel point-to-point takes at most %d non-empty sends/receives per group and "
+               "communicator (this group has %d); split the group or use NCCL_PASS_SM=1",
+               algo::kMaxKernelP2pTasks, *ntasks);
+  }
+  return ncclSuccess;
+}
+
 }  // namespace
 
 Status parseProtocols(const std::string& text, bool* ll, bool* simple) {
@@ -276,35 +308,9 @@ Status CollEngine::recordLaunch(rt::Stream& stream, void* handle) {
   return ncclSuccess;
 }
 
-Status CollEngine::fillP2pArgs(const std::vector<P2pTask>& tasks, algo::P2pArgs* a) const {
+template <class Args>
+void CollEngine::fillP2pArgs(const P2pBlocks& blocks, Args* a) const {
   memset(a, 0, sizeof(*a));
-  // Blocks by (peer, direction) in order of first appearance; tasks keep
-  // their call order inside a block.
-  std::vector<std::pair<int, std::vector<const P2pTask*>>> blocks;
-  int ntasks = 0;
-  for (const P2pTask& t : tasks) {
-    if (t.bytes == 0) continue;  // moves nothing on either side
-    int key = t.peer * 2 + (t.isSend ? 1 : 0);
-    auto it = std::find_if(blocks.begin(), blocks.end(), [key](auto& b) { return b.first == key; });
-    if (it == blocks.end()) {
-      blocks.emplace_back(key, std::vector<const P2pTask*>{});
-      it = blocks.end() - 1;
-    }
-    it->second.push_back(&t);
-    ++ntasks;
-  }
-  if (blocks.size() > static_cast<size_t>(algo::kMaxKernelP2pBlocks)) {
-    FERRY_FAIL(ncclInvalidUsage,
-               "kernel point-to-point takes at most %d (peer, direction) pairs per group (this "
-               "group has %zu); use NCCL_PASS_SM=1",
-               algo::kMaxKernelP2pBlocks, blocks.size());
-  }
-  if (ntasks > algo::kMaxKernelP2pTasks) {
-    FERRY_FAIL(ncclInvalidUsage,
-               "kernel point-to-point takes at most %d non-empty sends/receives per group and "
-               "communicator (this group has %d); split the group or use NCCL_PASS_SM=1",
-               algo::kMaxKernelP2pTasks, ntasks);
-  }
   int i = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
     a->blockBegin[b] = static_cast<uint16_t>(i);
@@ -320,7 +326,6 @@ Status CollEngine::fillP2pArgs(const std::vector<P2pTask>& tasks, algo::P2pArgs*
   a->peerChannels = ring_.peerChannelArray();
   a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
   a->timeoutNs = static_cast<uint64_t>(timeoutNs_);
-  return ncclSuccess;
 }
 
 Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
@@ -328,9 +333,22 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   if (!ring_.allPeersMapped) {
     FERRY_FAIL(ncclInvalidUsage, "kernel point-to-point needs every rank on this host");
   }
+  P2pBlocks blocks;
+  int ntasks = 0;
+  FERRY_CHECK(groupP2pBlocks(tasks, &blocks, &ntasks));
+  if (blocks.empty()) return ncclSuccess;
+  if (blocks.size() <= algo::kSmallKernelP2pBlocks && ntasks <= algo::kSmallKernelP2pTasks) {
+    algo::P2pArgsSmall args;
+    fillP2pArgs(blocks, &args);
+    return launchP2pArgs(tasks, &args, sizeof(args), args.nblocks, rt::kP2pSmallArgs);
+  }
   auto args = std::make_unique<algo::P2pArgs>();
-  FERRY_CHECK(fillP2pArgs(tasks, args.get()));
-  if (args->nblocks == 0) return ncclSuccess;
+  fillP2pArgs(blocks, args.get());
+  return launchP2pArgs(tasks, args.get(), sizeof(*args), args->nblocks, 0);
+}
+
+Status CollEngine::launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, size_t argBytes,
+                                 int nblocks, int layout) {
   // The launch stream and the group's other streams (joined around it).
   std::vector<void*> handles;
   std::vector<std::unique_ptr<rt::Stream>> streams;
@@ -350,19 +368,21 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   bool capturing = false;
   FERRY_CHECK(orderAfterPrevious(main, handles[0], &capturing));
   rt::KernelLaunch k;
-  void* argv[1] = {args.get()};
-  const size_t sizes[1] = {sizeof(algo::P2pArgs)};
+  void* argv[1] = {args};
+  const size_t sizes[1] = {argBytes};
   k.args = argv;
   k.numArgs = 1;
-  k.grid[0] = static_cast<unsigned>(args->nblocks);
+  k.grid[0] = static_cast<unsigned>(nblocks);
   if (runtime_->kind() == rt::RuntimeKind::Host) {
-    k.func = reinterpret_cast<const void*>(&hostP2pKernel);
+    k.func = layout == rt::kP2pSmallArgs ? reinterpret_cast<const void*>(&hostP2pKernelSmall)
+                                         : reinterpret_cast<const void*>(&hostP2pKernel);
     k.argSizes = sizes;
     k.hostReturnsStatus = true;
   } else {
-    FERRY_CHECK(runtime_->collKernel(0, rt::kP2pKernelFn, 0, &k.func, &k.block[0]));
+    FERRY_CHECK(runtime_->collKernel(0, rt::kP2pKernelFn, layout, &k.func, &k.block[0]));
   }
-  FERRY_INFO(kLogP2p, "kernel p2p: %d blocks on stream %p", args->nblocks, handles[0]);
+  FERRY_INFO(kLogP2p, "kernel p2p: %d blocks on stream %p (%zu-byte argument)", nblocks, handles[0],
+             argBytes);
   FERRY_CHECK(runtime_->launch(k, main));
   if (streams.size() > 1) {
     std::unique_ptr<rt::Event> done;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coll/ring_setup.h"
@@ -30,6 +31,9 @@
 #include "runtime/runtime.h"
 
 namespace ferry {
+
+// Kernel p2p: a group's tasks by (peer * 2 + isSend) block, in call order.
+using P2pBlocks = std::vector<std::pair<int, std::vector<const P2pTask*>>>;
 
 struct CollTask {
   int coll = 0;  // algo::CollKind
@@ -96,7 +100,11 @@ class CollEngine {
   [[nodiscard]] Status launchOne(const CollTask& t);
   [[nodiscard]] Status orderAfterPrevious(rt::Stream& stream, void* handle, bool* capturing);
   [[nodiscard]] Status recordLaunch(rt::Stream& stream, void* handle);
-  [[nodiscard]] Status fillP2pArgs(const std::vector<P2pTask>& tasks, algo::P2pArgs* a) const;
+  template <class Args>
+  void fillP2pArgs(const P2pBlocks& blocks, Args* a) const;
+  // layout: rt::kP2pSmallArgs for algo::P2pArgsSmall, 0 for algo::P2pArgs.
+  [[nodiscard]] Status launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, size_t argBytes,
+                                     int nblocks, int layout);
 
   rt::Runtime* runtime_ = nullptr;
   int rank_ = -1;

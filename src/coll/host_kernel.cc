@@ -206,8 +206,11 @@ int hostCollKernel(void** args) {
   return d.result;
 }
 
-int hostP2pKernel(void** args) {
-  const auto& a = *static_cast<const algo::P2pArgs*>(args[0]);
+namespace {
+
+template <class Args>
+int runHostP2p(void** args) {
+  const auto& a = *static_cast<const Args*>(args[0]);
   // Every block at once, as on a GPU: a block may wait for a peer's block
   // that itself waits for one of ours.
   std::vector<std::thread> threads;
@@ -221,6 +224,16 @@ int hostP2pKernel(void** args) {
   }
   for (std::thread& t : threads) t.join();
   return failed.load();
+}
+
+}  // namespace
+
+int hostP2pKernel(void** args) {
+  return runHostP2p<algo::P2pArgs>(args);
+}
+
+int hostP2pKernelSmall(void** args) {
+  return runHostP2p<algo::P2pArgsSmall>(args);
 }
 
 }  // namespace ferry

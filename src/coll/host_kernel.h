@@ -15,7 +15,9 @@ namespace ferry {
 int hostCollKernel(void** args);
 
 // Kernel point-to-point (algo/p2p_kernel.h) on the host runtime: one thread
-// per block, all at once. args[0] -> algo::P2pArgs. Same return contract.
+// per block, all at once. args[0] -> algo::P2pArgs (hostP2pKernel) or
+// algo::P2pArgsSmall (hostP2pKernelSmall). Same return contract.
 int hostP2pKernel(void** args);
+int hostP2pKernelSmall(void** args);
 
 }  // namespace ferry

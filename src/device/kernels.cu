@@ -44,7 +44,8 @@ std::vector<KernelEntry> makeKernelTable() {
   table.push_back({"ferryWaitGeqKernel", reinterpret_cast<const void*>(&ferryWaitGeqKernel)});
   table.push_back({"collKernel<int8,copy,Simple>", collCopyKernel(algo::kProtoSimple)});
   table.push_back({"collKernel<int8,copy,LL>", collCopyKernel(algo::kProtoLL)});
-  table.push_back({"kernelP2p", p2pKernel()});
+  table.push_back({"kernelP2p<small>", p2pKernel(true)});
+  table.push_back({"kernelP2p", p2pKernel(false)});
   for (TypeKernelsFn get : kTypeKernels) {
     const CollTypeKernels* k = get();
     if (k == nullptr) continue;

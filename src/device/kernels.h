@@ -45,7 +45,8 @@ constexpr unsigned kCollKernelThreads = 512;
 const void* collKernel(int dataType, int fn, int proto);
 
 // The kernel point-to-point kernel (p2p_kernel.cu, algo/p2p_kernel.h):
-// grid = args.nblocks, block = kCollKernelThreads, one algo::P2pArgs by value.
-const void* p2pKernel();
+// grid = args.nblocks, block = kCollKernelThreads, one algo::P2pArgsSmall
+// (smallArgs) or algo::P2pArgs by value.
+const void* p2pKernel(bool smallArgs);
 
 }  // namespace ferry::device

@@ -3,8 +3,9 @@
 // connections with the same GPU platform as the ring collectives.
 //
 // Launch contract (CollEngine::launchP2p): grid = args.nblocks, block =
-// kCollKernelThreads, one argument (algo::P2pArgs by value, read in place
-// through __grid_constant__: no per-thread copy of its task table). Launches
+// kCollKernelThreads, one argument (algo::P2pArgs or algo::P2pArgsSmall by
+// value, read in place through __grid_constant__: no per-thread copy of its
+// task table). Launches
 // of one communicator are serialized (stream order or an event), so each
 // block's step counter read at start is the previous launch's final value.
 #include "algo/p2p_kernel.h"
@@ -14,8 +15,9 @@
 namespace ferry::device {
 namespace {
 
+template <class Args>
 __global__ void __launch_bounds__(kCollKernelThreads, 1)
-    kernelP2p(const __grid_constant__ algo::P2pArgs args) {
+    kernelP2p(const __grid_constant__ Args args) {
   const int b = static_cast<int>(blockIdx.x);
   DevicePlatform::Ctx ctx{args.abortFlag, args.timeoutNs, args.pos, b, coll::kWaitOk, true};
   // runP2pBlock stores this block's own step counter back (every thread the
@@ -27,8 +29,9 @@ __global__ void __launch_bounds__(kCollKernelThreads, 1)
 
 }  // namespace
 
-const void* p2pKernel() {
-  return reinterpret_cast<const void*>(&kernelP2p);
+const void* p2pKernel(bool smallArgs) {
+  return smallArgs ? reinterpret_cast<const void*>(&kernelP2p<algo::P2pArgsSmall>)
+                   : reinterpret_cast<const void*>(&kernelP2p<algo::P2pArgs>);
 }
 
 }  // namespace ferry::device

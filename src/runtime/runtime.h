@@ -179,8 +179,11 @@ struct KernelLaunch {
   bool hostReturnsStatus = false;
 };
 
-// Runtime::collKernel's function code for the kernel point-to-point kernel.
+// Runtime::collKernel's function code for the kernel point-to-point kernel;
+// its proto argument then picks the argument layout: kP2pSmallArgs for
+// algo::P2pArgsSmall, anything else for algo::P2pArgs.
 constexpr int kP2pKernelFn = -1;
+constexpr int kP2pSmallArgs = 1;
 
 // Longest waitValue64Spin's kernel spins before trapping (30 minutes: well
 // past PyTorch's default 10-minute watchdog, which aborts first).

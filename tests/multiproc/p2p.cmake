@@ -23,6 +23,10 @@ ferry_p2p_test(p2p.mixes.n2 2 mixes)
 ferry_p2p_test(p2p.mixes.shm.n3 3 mixes ENVIRONMENT NCCL_P2P_DISABLE=1)
 ferry_p2p_test(p2p.abort.n2 2 abort)
 ferry_p2p_test(p2p.large.n2 2 large RUN_SERIAL TRUE)
+# Many small messages per peer in a group: kernel p2p's small and large
+# argument tables (and the SM-free path's in-order matching).
+ferry_p2p_test(p2p.many.n3 3 many)
+ferry_p2p_test(p2p.many.smfree.n2 2 many ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 
 add_executable(mp_p2p_kill ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_kill.cc)
 target_include_directories(mp_p2p_kill PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)

@@ -139,6 +139,36 @@ void caseDtypes(World& w) {
   for (int root = 0; root < w.nranks; ++root) gatherScatter(w, root);
 }
 
+// Many messages per peer in one group (in-order matching per peer): the
+// count per round is random, so kernel p2p takes its small argument table in
+// some rounds (<= 32 tasks, <= 32 blocks) and the large one in others.
+void caseMany(World& w) {
+  const int n = w.nranks;
+  for (uint64_t round = 0; round < 40; ++round) {
+    Rng pick(w.seed ^ (round * 0xA24BAED4963EE407ULL), 4242);
+    const int k = 1 + static_cast<int>(pick.below(24));
+    std::vector<std::unique_ptr<Message>> out, in;
+    EXPECT_OK(ncclGroupStart());
+    for (int j = 0; j < k; ++j) {
+      const uint64_t id = 9000 + round * 64 + static_cast<uint64_t>(j);
+      for (int p = 0; p < n; ++p) {
+        out.push_back(std::make_unique<Message>(w, id, w.rank, p, pairBytes(w, id, w.rank, p, 4096),
+                                                BufferKind::Plain));
+        in.push_back(std::make_unique<Message>(w, id, p, w.rank, pairBytes(w, id, p, w.rank, 4096),
+                                               BufferKind::Plain));
+        out.back()->fillAsSender();
+        in.back()->poison();
+        EXPECT_OK(
+            ncclSend(out.back()->buf.data(), out.back()->bytes, ncclInt8, p, w.comm, w.stream));
+        EXPECT_OK(ncclRecv(in.back()->buf.data(), in.back()->bytes, ncclInt8, p, w.comm, w.stream));
+      }
+    }
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    for (auto& m : in) m->verify("many");
+  }
+}
+
 // ---- unbatched orders that kernel-mode NCCL completes ----------------------
 
 // (a) rank 0: send on comm A / stream A, then recv on comm B / stream B;
@@ -268,6 +298,7 @@ int main(int argc, char** argv) {
       {"alltoall", caseAlltoall},   {"stress", caseStress},   {"dtypes", caseDtypes},
       {"unbatched", caseUnbatched}, {"mixes", caseMixes},     {"large", caseLarge},
       {"abort", caseAbortInFlight}, {"timeout", caseTimeout}, {"swap", caseSwap},
+      {"many", caseMany},
   };
   return runCase(argc, argv, cases);
 }

@@ -308,7 +308,8 @@ class CudaRuntime final : public Runtime {
   Status preloadKernels() override { return cuda::preloadKernels(); }
   Status collKernel(int dataType, int fn, int proto, const void** func,
                     unsigned* threads) override {
-    *func = fn == kP2pKernelFn ? device::p2pKernel() : device::collKernel(dataType, fn, proto);
+    *func = fn == kP2pKernelFn ? device::p2pKernel(proto == kP2pSmallArgs)
+                               : device::collKernel(dataType, fn, proto);
     *threads = device::kCollKernelThreads;
     if (*func == nullptr) {
       FERRY_FAIL(ncclInvalidUsage,
