@@ -113,9 +113,12 @@ bool DeviceBuffer::allocate(const Device& device, size_t bytes, std::string* err
 bool DeviceBuffer::upload(size_t offset, const void* src, size_t bytes, std::string* error) {
 #ifdef FERRY_BENCH_CUDA
   if (device_.backend == Backend::Cuda) {
+    // A pageable cudaMemcpy may return before its last DMA lands, and the
+    // bench's streams do not order after the legacy stream: sync it.
     return device_.select(error) &&
            cudaOk(cudaMemcpy(ptr_ + offset, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy",
-                  error);
+                  error) &&
+           cudaOk(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", error);
   }
 #endif
   memcpy(ptr_ + offset, src, bytes);

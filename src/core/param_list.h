@@ -64,7 +64,7 @@
     "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
     "Seconds a point-to-point operation may wait for its peer before failing (0: no limit).")   \
-  X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "64K",                                  \
+  X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "256K",                                 \
     "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
     "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \

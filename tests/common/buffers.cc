@@ -55,8 +55,13 @@ TestBuffer::~TestBuffer() {
 void TestBuffer::upload(const void* host, size_t bytes, size_t offset) {
 #ifdef FERRY_TEST_CUDA
   if (onCuda()) {
+    // cudaMemcpy from pageable memory may return once the bytes are in the
+    // driver's staging buffers, before the last DMA lands; a test stream made
+    // non-blocking would then read stale bytes. Sync the legacy stream that
+    // carried the copy (seen on 2x H200: a 3 MiB+ send lost its tail).
     if (cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes, cudaMemcpyDefault) !=
-        cudaSuccess) {
+            cudaSuccess ||
+        cudaStreamSynchronize(nullptr) != cudaSuccess) {
       fprintf(stderr, "upload failed\n");
       abort();
     }
