@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax collsan llsweep
+#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
 set -uo pipefail
 src=$1
 shift
@@ -194,6 +194,19 @@ for s in $stages; do
     FERRY_P2P_KERNEL_MAX_BYTES=4M ferryOnly sendrecv,alltoall -b 32K -e 4M -f 2 -w 5 -n 30
     echo "--- SM-free everywhere (FERRY_P2P_KERNEL_MAX_BYTES=0)"
     FERRY_P2P_KERNEL_MAX_BYTES=0 ferryOnly sendrecv -b 8 -e 4M -f 4 -w 5 -n 30
+    ;;
+  lanes)
+    # Kernel p2p lanes: Ferry alone with kernel p2p up to 8M, per lane unit
+    # (FERRY_P2P_KERNEL_LANE_BYTES), and with one lane (the old kernel p2p).
+    stage lanes
+    for lb in 8K 16K 32K 64K; do
+      echo "--- sendrecv, kernel p2p to 8M, FERRY_P2P_KERNEL_LANE_BYTES=$lb"
+      FERRY_P2P_KERNEL_LANE_BYTES=$lb FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly sendrecv -b 16K -e 8M -f 2 -w 5 -n 30
+    done
+    echo "--- alltoall, kernel p2p to 8M (default lanes)"
+    FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly alltoall -b 16K -e 8M -f 2 -w 5 -n 30
+    echo "--- sendrecv, one lane"
+    FERRY_P2P_KERNEL_LANES=1 FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly sendrecv -b 16K -e 8M -f 4 -w 5 -n 30
     ;;
   collsan)
     stage collsan

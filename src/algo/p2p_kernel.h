@@ -3,8 +3,13 @@
 // receive of the group through the per-peer connections of coll/ring_setup
 // (same FIFO protocol as the ring channels, see coll_ring.h).
 //
-// One executor block per (peer, direction): the tasks of a block run in call
-// order (NCCL's in-order matching per peer), and all blocks of the launch run
+// One executor block per (peer, direction, lane): a peer's connection is
+// split into `lanes` lane connections (own flags, an equal share of the
+// peer's FIFO), and a message of B bytes is cut into p2pLaneCount(B) parts,
+// part l on lane l. The cut depends on B and the communicator's lane
+// settings only, so both sides agree without talking, and each lane keeps
+// NCCL's in-order matching per peer. A block runs its lane's parts of its
+// (peer, direction)'s messages in call order; all blocks of the launch run
 // at once, so the orders of a group never deadlock however the two sides
 // list their sends and receives. Shared by the CUDA kernel and the host
 // runtime's executor (one thread per block).
@@ -25,15 +30,47 @@ constexpr int kMaxKernelP2pTasks = 1024;
 constexpr int kMaxKernelP2pBlocks = 128;
 // The argument is copied into every launch, so its size is latency: a group
 // that fits the small table (every 2-8 rank sendrecv or all-to-all) takes a
-// < 1 KiB argument instead of the 32 KiB one.
+// ~1.3 KiB argument instead of the 25 KiB one (measured on 2x H200: the
+// large one cost ~3 us per launch).
 constexpr int kSmallKernelP2pTasks = 32;
-constexpr int kSmallKernelP2pBlocks = 32;
+constexpr int kSmallKernelP2pBlocks = 64;
+// Lanes per peer connection: at most this many, and at most what keeps a
+// group's blocks (<= 2 x nranks x lanes) within half of the SMs, so a kernel
+// p2p launch still fits beside a 64-channel collective kernel.
+constexpr int kMaxKernelP2pLanes = 8;
+constexpr int kKernelP2pLaneBlockBudget = 64;
+
+// Parts a message of `bytes` is cut into: one per `laneBytes`, at most `lanes`.
+FERRY_HD inline uint32_t p2pLaneCount(uint64_t bytes, uint32_t lanes, uint64_t laneBytes) {
+  uint64_t n = bytes / laneBytes;
+  return n <= 1 ? 1u : (n >= lanes ? lanes : static_cast<uint32_t>(n));
+}
+
+// Part `lane` of a message cut into `parts`: [*begin, *begin + *len), 16-byte
+// aligned starts; a part may be empty only if the message is shorter than
+// 16 x parts bytes, which p2pLaneCount never produces (laneBytes >= 1K).
+FERRY_HD inline void p2pLanePart(uint64_t bytes, uint32_t parts, uint32_t lane, uint64_t* begin,
+                                 uint64_t* len) {
+  uint64_t part = ((bytes + parts - 1) / parts + 15) / 16 * 16;
+  uint64_t b = part * lane;
+  *begin = b < bytes ? b : bytes;
+  uint64_t e = b + part < bytes ? b + part : bytes;
+  *len = e - *begin;
+}
 
 struct P2pTaskArg {
   void* buf;
   uint64_t bytes;
   int32_t peer;
   int32_t isSend;
+};
+
+// Block b moves lane `lane` of tasks [begin, end) (one (peer, direction)).
+struct P2pBlockArg {
+  uint16_t begin;
+  uint16_t end;
+  uint16_t lane;
+  uint16_t reserved;
 };
 
 template <int kTasks, int kBlocks>
@@ -43,35 +80,44 @@ struct P2pArgsT {
   int32_t nblocks;
   int32_t pos;  // for log lines
   uint32_t nslots;
-  uint32_t reserved;
-  uint64_t slotBytes;
-  RingChannel* peerChannels;  // by peer rank, in the executor's memory
+  uint32_t lanes;             // lane connections per peer (peerChannels[peer * lanes + lane])
+  uint64_t slotBytes;         // a lane connection's slot
+  uint64_t laneBytes;         // p2pLaneCount's unit
+  RingChannel* peerChannels;  // by peer * lanes + lane, in the executor's memory
   const volatile uint32_t* abortFlag;
   uint64_t timeoutNs;
-  uint16_t blockBegin[kBlocks + 1];  // block b: tasks [begin[b], begin[b+1])
+  P2pBlockArg blocks[kBlocks];
   P2pTaskArg tasks[kTasks];
 };
 using P2pArgs = P2pArgsT<kMaxKernelP2pTasks, kMaxKernelP2pBlocks>;
 using P2pArgsSmall = P2pArgsT<kSmallKernelP2pTasks, kSmallKernelP2pBlocks>;
 static_assert(std::is_trivially_copyable_v<P2pArgs> && sizeof(P2pArgs) <= 32000,
               "kernel argument (CUDA >= 12.1 allows 32764 bytes)");
-static_assert(std::is_trivially_copyable_v<P2pArgsSmall> && sizeof(P2pArgsSmall) <= 1024,
-              "the small variant exists to keep the argument under 1 KiB");
+static_assert(std::is_trivially_copyable_v<P2pArgsSmall> && sizeof(P2pArgsSmall) <= 1400,
+              "the small variant exists to keep the argument small");
 
 // Runs block b's tasks; stores back only its own direction's counter (the
 // peer's other direction belongs to another block of the same launch).
+// Runs block b: its lane's part of each task, in call order; stores back
+// only its own lane and direction's counter (the other direction and lanes
+// belong to other blocks of the same launch).
 template <class P, class Args>
 FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const Args& a, int b) {
   using Op = CollOp<int8_t, kFnCopy>;
-  const P2pTaskArg& first = a.tasks[a.blockBegin[b]];
-  RingChannel& ch = a.peerChannels[first.peer];
+  const P2pBlockArg& blk = a.blocks[b];
+  const P2pTaskArg& first = a.tasks[blk.begin];
+  RingChannel& ch = a.peerChannels[static_cast<uint32_t>(first.peer) * a.lanes + blk.lane];
   Op op{};
   RingPrims<P, int8_t, Op> prims(ctx, ch, op, a.nslots, sliceEltsFor(a.slotBytes, 1));
   bool ok = true;
-  for (int i = a.blockBegin[b]; ok && i < a.blockBegin[b + 1]; ++i) {
+  for (int i = blk.begin; ok && i < blk.end; ++i) {
     const P2pTaskArg& t = a.tasks[i];
-    auto* buf = static_cast<int8_t*>(t.buf);
-    ok = t.isSend ? prims.send(buf, t.bytes) : prims.recv(buf, t.bytes);
+    const uint32_t parts = p2pLaneCount(t.bytes, a.lanes, a.laneBytes);
+    if (blk.lane >= parts) continue;  // this message does not use the lane
+    uint64_t begin = 0, len = 0;
+    p2pLanePart(t.bytes, parts, blk.lane, &begin, &len);
+    auto* buf = static_cast<int8_t*>(t.buf) + begin;
+    ok = t.isSend ? prims.send(buf, len) : prims.recv(buf, len);
   }
   if (first.isSend) {
     ch.sendStep = prims.sendStep();

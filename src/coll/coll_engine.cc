@@ -38,34 +38,38 @@ std::string lowered(const std::string& text, size_t b, size_t e) {
   return s;
 }
 
-// Kernel p2p blocks by (peer, direction) in order of first appearance; tasks
-// keep their call order inside a block. Refuses groups the large argument
-// table cannot hold.
-Status groupP2pBlocks(const std::vector<P2pTask>& tasks, P2pBlocks* blocks, int* ntasks) {
-  *ntasks = 0;
+// Kernel p2p: the group's tasks by (peer, direction) in order of first
+// appearance, in call order inside each, and how many lanes (blocks) each
+// pair needs (its largest message's part count). Refuses groups the large
+// argument table cannot hold.
+Status planP2p(const std::vector<P2pTask>& tasks, uint32_t lanes, uint64_t laneBytes,
+               P2pPlan* plan) {
   for (const P2pTask& t : tasks) {
     if (t.bytes == 0) continue;  // moves nothing on either side
     int key = t.peer * 2 + (t.isSend ? 1 : 0);
-    auto it =
-        std::find_if(blocks->begin(), blocks->end(), [key](auto& b) { return b.first == key; });
-    if (it == blocks->end()) {
-      blocks->emplace_back(key, std::vector<const P2pTask*>{});
-      it = blocks->end() - 1;
+    auto it = std::find_if(plan->pairs.begin(), plan->pairs.end(),
+                           [key](const P2pPlan::Pair& p) { return p.key == key; });
+    if (it == plan->pairs.end()) {
+      plan->pairs.push_back(P2pPlan::Pair{key, 0, {}});
+      it = plan->pairs.end() - 1;
     }
-    it->second.push_back(&t);
-    ++*ntasks;
+    it->tasks.push_back(&t);
+    it->lanes = std::max(it->lanes, algo::p2pLaneCount(t.bytes, lanes, laneBytes));
+    ++plan->ntasks;
   }
-  if (blocks->size() > static_cast<size_t>(algo::kMaxKernelP2pBlocks)) {
+  for (const P2pPlan::Pair& p : plan->pairs) plan->nblocks += static_cast<int>(p.lanes);
+  if (plan->nblocks > algo::kMaxKernelP2pBlocks) {
     FERRY_FAIL(ncclInvalidUsage,
-               "kernel point-to-point takes at most %d (peer, direction) pairs per group (this "
-               "group has %zu); use NCCL_PASS_SM=1",
-               algo::kMaxKernelP2pBlocks, blocks->size());
+               "kernel point-to-point takes at most %d blocks per group (this group has %zu "
+               "(peer, direction) pairs in %d blocks; FERRY_P2P_KERNEL_LANES lowers it); use "
+               "NCCL_PASS_SM=1",
+               algo::kMaxKernelP2pBlocks, plan->pairs.size(), plan->nblocks);
   }
-  if (*ntasks > algo::kMaxKernelP2pTasks) {
+  if (plan->ntasks > algo::kMaxKernelP2pTasks) {
     FERRY_FAIL(ncclInvalidUsage,
                "kernel point-to-point takes at most %d non-empty sends/receives per group and "
                "communicator (this group has %d); split the group or use NCCL_PASS_SM=1",
-               algo::kMaxKernelP2pTasks, *ntasks);
+               algo::kMaxKernelP2pTasks, plan->ntasks);
   }
   return ncclSuccess;
 }
@@ -309,20 +313,25 @@ Status CollEngine::recordLaunch(rt::Stream& stream, void* handle) {
 }
 
 template <class Args>
-void CollEngine::fillP2pArgs(const P2pBlocks& blocks, Args* a) const {
+void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
   memset(a, 0, sizeof(*a));
-  int i = 0;
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    a->blockBegin[b] = static_cast<uint16_t>(i);
-    for (const P2pTask* t : blocks[b].second) {
+  int i = 0, b = 0;
+  for (const P2pPlan::Pair& p : plan.pairs) {
+    const int begin = i;
+    for (const P2pTask* t : p.tasks) {
       a->tasks[i++] = algo::P2pTaskArg{t->buffer, t->bytes, t->peer, t->isSend ? 1 : 0};
     }
+    for (uint32_t lane = 0; lane < p.lanes; ++lane) {
+      a->blocks[b++] = algo::P2pBlockArg{static_cast<uint16_t>(begin), static_cast<uint16_t>(i),
+                                         static_cast<uint16_t>(lane), 0};
+    }
   }
-  a->blockBegin[blocks.size()] = static_cast<uint16_t>(i);
-  a->nblocks = static_cast<int32_t>(blocks.size());
+  a->nblocks = b;
   a->pos = ring_.pos;
   a->nslots = ring_.nslots;
-  a->slotBytes = ring_.slotBytes;
+  a->lanes = ring_.p2pLanes;
+  a->slotBytes = ring_.slotBytes / ring_.p2pLanes;
+  a->laneBytes = ring_.p2pLaneBytes;
   a->peerChannels = ring_.peerChannelArray();
   a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
   a->timeoutNs = static_cast<uint64_t>(timeoutNs_);
@@ -333,17 +342,16 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   if (!ring_.allPeersMapped) {
     FERRY_FAIL(ncclInvalidUsage, "kernel point-to-point needs every rank on this host");
   }
-  P2pBlocks blocks;
-  int ntasks = 0;
-  FERRY_CHECK(groupP2pBlocks(tasks, &blocks, &ntasks));
-  if (blocks.empty()) return ncclSuccess;
-  if (blocks.size() <= algo::kSmallKernelP2pBlocks && ntasks <= algo::kSmallKernelP2pTasks) {
+  P2pPlan plan;
+  FERRY_CHECK(planP2p(tasks, ring_.p2pLanes, ring_.p2pLaneBytes, &plan));
+  if (plan.nblocks == 0) return ncclSuccess;
+  if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;
-    fillP2pArgs(blocks, &args);
+    fillP2pArgs(plan, &args);
     return launchP2pArgs(tasks, &args, sizeof(args), args.nblocks, rt::kP2pSmallArgs);
   }
   auto args = std::make_unique<algo::P2pArgs>();
-  fillP2pArgs(blocks, args.get());
+  fillP2pArgs(plan, args.get());
   return launchP2pArgs(tasks, args.get(), sizeof(*args), args->nblocks, 0);
 }
 

@@ -22,7 +22,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "coll/ring_setup.h"
@@ -32,8 +31,18 @@
 
 namespace ferry {
 
-// Kernel p2p: a group's tasks by (peer * 2 + isSend) block, in call order.
-using P2pBlocks = std::vector<std::pair<int, std::vector<const P2pTask*>>>;
+// Kernel p2p: a group's tasks by (peer, direction) pair, in call order, and
+// the blocks (lanes) each pair takes.
+struct P2pPlan {
+  struct Pair {
+    int key = 0;         // peer * 2 + isSend
+    uint32_t lanes = 0;  // blocks: the most parts of any of its messages
+    std::vector<const P2pTask*> tasks;
+  };
+  std::vector<Pair> pairs;
+  int ntasks = 0;
+  int nblocks = 0;
+};
 
 struct CollTask {
   int coll = 0;  // algo::CollKind
@@ -101,7 +110,7 @@ class CollEngine {
   [[nodiscard]] Status orderAfterPrevious(rt::Stream& stream, void* handle, bool* capturing);
   [[nodiscard]] Status recordLaunch(rt::Stream& stream, void* handle);
   template <class Args>
-  void fillP2pArgs(const P2pBlocks& blocks, Args* a) const;
+  void fillP2pArgs(const P2pPlan& plan, Args* a) const;
   // layout: rt::kP2pSmallArgs for algo::P2pArgsSmall, 0 for algo::P2pArgs.
   [[nodiscard]] Status launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, size_t argBytes,
                                      int nblocks, int layout);

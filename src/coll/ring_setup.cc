@@ -75,6 +75,33 @@ Status resolveFifo(const RingSetupContext& ctx, RingResources* res) {
   return ncclSuccess;
 }
 
+// Kernel p2p lanes per peer: the knob (0: 8 on CUDA, 2 on the host runtime),
+// halved until every (peer, direction, lane) block of a group fits the lane
+// block budget and a lane's slot stays a multiple of 16 of at least 1 KiB.
+// A function of the knobs and the rank count only: every rank must agree.
+Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res) {
+  const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
+  int64_t lanes = ctx.params->getInt(ParamId::P2pKernelLanes);
+  int64_t laneBytes = ctx.params->getInt(ParamId::P2pKernelLaneBytes);
+  if (lanes == 0) lanes = cuda ? algo::kMaxKernelP2pLanes : 2;
+  if (lanes < 1 || lanes > algo::kMaxKernelP2pLanes || (lanes & (lanes - 1)) != 0) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANES=%ld: must be 0, 1, 2, 4 or 8",
+               static_cast<long>(lanes));
+  }
+  if (laneBytes < 1024) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANE_BYTES=%ld: must be at least 1K",
+               static_cast<long>(laneBytes));
+  }
+  while (lanes > 1 && (2 * nranks * lanes > algo::kKernelP2pLaneBlockBudget ||
+                       res->slotBytes % (16 * static_cast<uint64_t>(lanes)) != 0 ||
+                       res->slotBytes / static_cast<uint64_t>(lanes) < 1024)) {
+    lanes /= 2;
+  }
+  res->p2pLanes = static_cast<uint32_t>(lanes);
+  res->p2pLaneBytes = static_cast<uint64_t>(laneBytes);
+  return ncclSuccess;
+}
+
 // Whether some rank that writes into this rank's region (every same-host
 // rank: ring neighbours and kernel-p2p peers) cannot reach its device memory.
 bool useShm(const RingSetupContext& ctx) {
@@ -175,13 +202,13 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
   return ncclSuccess;
 }
 
-// Connection `conn` (ring channel h, or nchannels + peer) of a rank whose
-// writes go to `next` and whose drains are acknowledged to `prev`; the peer
-// side is connection `remoteConn` of their regions.
+// Ring channel `conn` of a rank whose writes go to `next` and whose drains
+// are acknowledged to `prev`; the peer side is the same channel of their
+// regions (remoteConn == conn).
 algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, char* prev,
                                char* next, int remoteConn) {
-  const RingRegionLayout l =
-      ringRegionLayout(res.nchannels, res.nranks, res.nslots, res.slotBytes, res.llSlotBytes);
+  const RingRegionLayout l = ringRegionLayout(res.nchannels, res.nranks, res.p2pLanes, res.nslots,
+                                              res.slotBytes, res.llSlotBytes);
   auto line = [&](char* base, int c, int which) {
     return reinterpret_cast<uint64_t*>(base +
                                        (static_cast<uint64_t>(c) * 3 + which) * kRingFlagLine);
@@ -194,13 +221,36 @@ algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, ch
   c.sendTail = line(next, remoteConn, 0);
   c.sendHead = line(own, conn, 1);
   c.recvHead = line(prev, remoteConn, 1);
-  if (conn < res.nchannels) {  // ring channel: the LL connection too
-    auto llFifo = [&](char* base, int c) { return base + l.llFifos + c * l.llFifoBytes; };
-    c.llRecvFifo = llFifo(own, conn);
-    c.llSendFifo = llFifo(next, remoteConn);
-    c.llSendHead = line(own, conn, 2);
-    c.llRecvHead = line(prev, remoteConn, 2);
-  }
+  // The LL connection of the channel.
+  auto llFifo = [&](char* base, int c) { return base + l.llFifos + c * l.llFifoBytes; };
+  c.llRecvFifo = llFifo(own, conn);
+  c.llSendFifo = llFifo(next, remoteConn);
+  c.llSendHead = line(own, conn, 2);
+  c.llRecvHead = line(prev, remoteConn, 2);
+  return c;
+}
+
+// Lane `lane` of this rank's kernel-p2p connection with peer q.
+algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t lane, char* own,
+                             char* theirs) {
+  const RingRegionLayout l = ringRegionLayout(res.nchannels, res.nranks, res.p2pLanes, res.nslots,
+                                              res.slotBytes, res.llSlotBytes);
+  auto line = [&](char* base, int peer, int which) {
+    uint64_t conn =
+        static_cast<uint64_t>(res.nchannels) + static_cast<uint64_t>(peer) * res.p2pLanes + lane;
+    return reinterpret_cast<uint64_t*>(base + (conn * 3 + which) * kRingFlagLine);
+  };
+  auto fifo = [&](char* base, int peer) {
+    return base + l.fifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.fifoBytes +
+           lane * (l.fifoBytes / res.p2pLanes);
+  };
+  algo::RingChannel c{};
+  c.recvFifo = fifo(own, q);
+  c.sendFifo = fifo(theirs, me);
+  c.recvTail = line(own, q, 0);
+  c.sendTail = line(theirs, me, 0);
+  c.sendHead = line(own, q, 1);
+  c.recvHead = line(theirs, me, 1);
   return c;
 }
 
@@ -225,23 +275,25 @@ Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRa
   std::vector<int32_t> ring(ctx.topology->ringOrder.begin(), ctx.topology->ringOrder.end());
   FERRY_CHECK(copyTable(ctx, ring.data(), sizeof(int32_t) * ring.size(), &res->ringRanks));
   if (!res->allPeersMapped) return ncclSuccess;
-  // Peer q's connection: our slots for q's sends are connection nch + q in
-  // our region; our sends to q land in connection nch + me of q's region.
-  std::vector<algo::RingChannel> peers(n);
+  // Peer q's lanes: our slots for q's sends are peer FIFO q of our region,
+  // our sends to q land in peer FIFO me of q's region (lane l: slice l).
+  std::vector<algo::RingChannel> peers(static_cast<size_t>(n) * res->p2pLanes);
   for (int q = 0; q < n; ++q) {
-    char* theirs = res->regions[q].base;
-    peers[q] = connectionOf(*res, res->nchannels + q, own, theirs, theirs, res->nchannels + me);
+    for (uint32_t lane = 0; lane < res->p2pLanes; ++lane) {
+      peers[q * res->p2pLanes + lane] = peerLaneOf(*res, q, me, lane, own, res->regions[q].base);
+    }
   }
   return copyTable(ctx, peers.data(), sizeof(algo::RingChannel) * peers.size(), &res->peerChannels);
 }
 
 }  // namespace
 
-RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t nslots, uint64_t slotBytes,
-                                  uint64_t llSlotBytes) {
+RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uint32_t nslots,
+                                  uint64_t slotBytes, uint64_t llSlotBytes) {
   const uint64_t nconn = static_cast<uint64_t>(nchannels) + static_cast<uint64_t>(nranks);
+  const uint64_t nflags = static_cast<uint64_t>(nchannels) + static_cast<uint64_t>(nranks) * lanes;
   RingRegionLayout l;
-  l.llFifos = algo::roundUp(nconn * 3 * kRingFlagLine, 4096);
+  l.llFifos = algo::roundUp(nflags * 3 * kRingFlagLine, 4096);
   l.llFifoBytes = static_cast<uint64_t>(nslots) * llSlotBytes;
   l.fifos = algo::roundUp(l.llFifos + static_cast<uint64_t>(nchannels) * l.llFifoBytes, 4096);
   l.fifoBytes = static_cast<uint64_t>(nslots) * slotBytes;
@@ -262,6 +314,7 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   res.ringOrder = t.ringOrder;
   res.nchannels = resolveChannels(ctx);
   FERRY_CHECK(resolveFifo(ctx, &res));
+  FERRY_CHECK(resolveLanes(ctx, n, &res));
   for (int i = 0; i < n; ++i) {
     if (t.ringOrder[i] == t.myRank) res.pos = i;
   }
@@ -269,7 +322,7 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   const int nextRank = t.ringOrder[(res.pos + 1) % n];
   res.shm = useShm(ctx);
   const RingRegionLayout layout =
-      ringRegionLayout(res.nchannels, n, res.nslots, res.slotBytes, res.llSlotBytes);
+      ringRegionLayout(res.nchannels, n, res.p2pLanes, res.nslots, res.slotBytes, res.llSlotBytes);
   std::vector<RegionInfo> infos(n);
   FERRY_CHECK(makeOwnRegion(ctx, layout.bytes, layout.fifos, res.shm, &res.own, &infos[t.myRank]));
   res.regions.resize(n);
@@ -284,9 +337,9 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
-             "%d kernel-p2p connections, %u slots of %llu bytes (LL %llu), %.1f MiB",
-             res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n, res.nslots,
-             static_cast<unsigned long long>(res.slotBytes),
+             "%d kernel-p2p connections x %u lanes, %u slots of %llu bytes (LL %llu), %.1f MiB",
+             res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
+             res.p2pLanes, res.nslots, static_cast<unsigned long long>(res.slotBytes),
              static_cast<unsigned long long>(res.llSlotBytes), layout.bytes / 1048576.0);
   return ncclSuccess;
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "algo/coll_ring.h"
+#include "algo/p2p_kernel.h"
 #include "bootstrap/bootstrap.h"
 #include "core/params.h"
 #include "proxy/proxy.h"
@@ -53,6 +54,10 @@ struct RingResources {
   uint32_t nslots = 0;
   uint64_t slotBytes = 0;
   uint64_t llSlotBytes = 0;
+  // Kernel point-to-point lanes (algo/p2p_kernel.h): each peer connection is
+  // split into p2pLanes lane connections of slotBytes / p2pLanes per slot.
+  uint32_t p2pLanes = 1;
+  uint64_t p2pLaneBytes = 0;
   bool shm = false;  // own region in host shared memory
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds
@@ -61,9 +66,10 @@ struct RingResources {
   bool allPeersMapped = false;                  // kernel point-to-point can reach every rank
   std::unique_ptr<rt::DeviceMemory> channels;   // algo::RingChannel[nchannels]
   std::unique_ptr<rt::DeviceMemory> ringRanks;  // int32_t[nranks]
-  // Kernel point-to-point: one connection per peer (self included), laid out
-  // exactly like a ring channel whose previous and next rank are that peer.
-  std::unique_ptr<rt::DeviceMemory> peerChannels;  // algo::RingChannel[nranks]
+  // Kernel point-to-point: p2pLanes connections per peer (self included),
+  // each laid out like a ring channel whose previous and next rank are that
+  // peer; entry peer * p2pLanes + lane.
+  std::unique_ptr<rt::DeviceMemory> peerChannels;  // algo::RingChannel[nranks * p2pLanes]
 
   algo::RingChannel* peerChannelArray() const {
     return peerChannels ? static_cast<algo::RingChannel*>(peerChannels->ptr()) : nullptr;
@@ -77,12 +83,14 @@ struct RingResources {
   }
 };
 
-// Offsets inside a region (the same on every rank). Connections are the
-// ring channels' followed by the peer connections' (nchannels + nranks);
-// each has three flag lines (tail, head, LL head: only ring channels use
-// the last). Then the LL FIFOs of the ring channels (nslots x llSlotBytes
-// each), then every connection's FIFO (nslots x slotBytes). The flags and
-// LL FIFOs start zeroed (an LL line's flag must never match by accident).
+// Offsets inside a region (the same on every rank). Flag lines: the ring
+// channels' connections, then the peer lane connections' (nchannels +
+// nranks x lanes), three lines each (tail, head, LL head: only ring channels
+// use the last). Then the LL FIFOs of the ring channels (nslots x
+// llSlotBytes each), then the FIFOs (nslots x slotBytes) of the ring
+// channels and of each peer (its lanes share it, an equal slice each). The
+// flags and LL FIFOs start zeroed (an LL line's flag must never match by
+// accident).
 constexpr uint64_t kRingFlagLine = 128;
 struct RingRegionLayout {
   uint64_t llFifos = 0;  // offset of the first LL FIFO
@@ -91,8 +99,8 @@ struct RingRegionLayout {
   uint64_t llFifoBytes = 0;
   uint64_t fifoBytes = 0;
 };
-RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t nslots, uint64_t slotBytes,
-                                  uint64_t llSlotBytes);
+RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uint32_t nslots,
+                                  uint64_t slotBytes, uint64_t llSlotBytes);
 
 // Builds the ring connections; with one rank only the channel table (no
 // peers). Fails (the communicator's init fails) when a neighbour cannot be

@@ -67,6 +67,13 @@
   X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "256K",                                 \
     "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
     "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \
+  X(P2pKernelLanes, "FERRY_P2P_KERNEL_LANES", Int, "0",                                          \
+    "Kernel p2p lanes per peer (1, 2, 4, 8; 0: 8 on CUDA, 2 on the host runtime), fewer when "   \
+    "2 x ranks x lanes would pass 64 blocks; a message uses one lane per "                        \
+    "FERRY_P2P_KERNEL_LANE_BYTES.")                                                               \
+  X(P2pKernelLaneBytes, "FERRY_P2P_KERNEL_LANE_BYTES", Int, "16K",                                 \
+    "Kernel p2p: a message of B bytes is cut into min(lanes, B / this) parts, one thread block " \
+    "each (at least 1K).")                                                                        \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
     "Ring channels per communicator for collective kernels (one thread block each); 0: 64 on "  \
     "CUDA, 2 on the host runtime.")                                                               \

@@ -36,3 +36,8 @@ ferry_gpu_p2p_test(gpu.p2p.stress.smfree stress ENVIRONMENT FERRY_P2P_KERNEL_MAX
 # a GPU when written: session 4 had no device time left).
 ferry_gpu_p2p_test(gpu.p2p.swap.staged swap)
 set_tests_properties(gpu.p2p.swap.staged PROPERTIES ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
+# Kernel p2p lanes with a 1 KiB lane unit: one pair's messages use 1-4 lanes
+# in one group.
+ferry_gpu_p2p_test(gpu.p2p.many.lanes many)
+set_tests_properties(gpu.p2p.many.lanes PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_LANE_BYTES=1K")

@@ -27,6 +27,17 @@ ferry_p2p_test(p2p.large.n2 2 large RUN_SERIAL TRUE)
 # argument tables (and the SM-free path's in-order matching).
 ferry_p2p_test(p2p.many.n3 3 many)
 ferry_p2p_test(p2p.many.smfree.n2 2 many ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+# Kernel p2p lanes: messages cut into 1-8 parts (1 KiB per lane), so one
+# pair's messages use different lane counts in one group; 8 ranks cap the
+# lanes at 4 (the block budget).
+ferry_p2p_test(p2p.many.lanes.n3 3 many)
+set_tests_properties(p2p.many.lanes.n3 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_KERNEL_LANE_BYTES=1K")
+foreach(n 3 8)
+  ferry_p2p_test(p2p.alltoall.lanes.n${n} ${n} alltoall)
+  set_tests_properties(p2p.alltoall.lanes.n${n} PROPERTIES
+    ENVIRONMENT "NCCL_PASS_SM=0;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_KERNEL_LANE_BYTES=1K")
+endforeach()
 
 add_executable(mp_p2p_kill ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_kill.cc)
 target_include_directories(mp_p2p_kill PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)

@@ -1,0 +1,49 @@
+// Kernel p2p lanes (algo/p2p_kernel.h): a message's parts tile it exactly,
+// in lane order, each non-empty and starting on a 16-byte boundary, and the
+// part count follows the lane unit and the lane cap.
+#include <gtest/gtest.h>
+
+#include "algo/p2p_kernel.h"
+#include "common/random.h"
+
+namespace ferry {
+namespace {
+
+TEST(P2pLanes, PartsTileTheMessage) {
+  test::Rng rng(test::testSeed(), 417);
+  for (int i = 0; i < 5000; ++i) {
+    const uint64_t bytes = 1 + rng.below(uint64_t{1} << (1 + rng.below(33)));
+    const uint32_t lanes = 1u << rng.below(4);
+    const uint64_t laneBytes = 1024 + rng.below(uint64_t{1} << 20);
+    const uint32_t parts = algo::p2pLaneCount(bytes, lanes, laneBytes);
+    ASSERT_GE(parts, 1u);
+    ASSERT_LE(parts, lanes);
+    ASSERT_EQ(parts, std::max<uint64_t>(1, std::min<uint64_t>(lanes, bytes / laneBytes)))
+        << bytes << " " << lanes << " " << laneBytes;
+    uint64_t next = 0;
+    for (uint32_t lane = 0; lane < parts; ++lane) {
+      uint64_t begin = 0, len = 0;
+      algo::p2pLanePart(bytes, parts, lane, &begin, &len);
+      ASSERT_EQ(begin, next) << bytes << " lane " << lane << " of " << parts;
+      ASSERT_EQ(begin % 16, 0u);
+      ASSERT_GT(len, 0u) << bytes << " lane " << lane << " of " << parts;
+      next = begin + len;
+    }
+    ASSERT_EQ(next, bytes);
+  }
+}
+
+TEST(P2pLanes, KnownCuts) {
+  constexpr uint64_t K = 1024;
+  EXPECT_EQ(algo::p2pLaneCount(15 * K, 8, 16 * K), 1u);
+  EXPECT_EQ(algo::p2pLaneCount(64 * K, 8, 16 * K), 4u);
+  EXPECT_EQ(algo::p2pLaneCount(256 * K, 8, 16 * K), 8u);
+  EXPECT_EQ(algo::p2pLaneCount(uint64_t{5} << 32, 2, 16 * K), 2u);
+  uint64_t begin = 0, len = 0;
+  algo::p2pLanePart(100000, 3, 2, &begin, &len);  // parts of 33344 bytes
+  EXPECT_EQ(begin, 66688u);
+  EXPECT_EQ(len, 33312u);
+}
+
+}  // namespace
+}  // namespace ferry
