@@ -208,6 +208,17 @@ for s in $stages; do
     echo "--- sendrecv, one lane"
     FERRY_P2P_KERNEL_LANES=1 FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly sendrecv -b 16K -e 8M -f 4 -w 5 -n 30
     ;;
+  laneslots)
+    # Lane slot count (fewer = bigger slots from the same FIFO share), kernel
+    # p2p everywhere up to 8M, then the compare run with kernel p2p to 1M.
+    stage laneslots
+    for ls in 2 4 8; do
+      echo "--- sendrecv, kernel p2p to 8M, FERRY_P2P_KERNEL_LANE_SLOTS=$ls"
+      FERRY_P2P_KERNEL_LANE_SLOTS=$ls FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly sendrecv -b 64K -e 8M -f 2 -w 5 -n 30
+    done
+    echo "--- alltoall, kernel p2p to 8M, FERRY_P2P_KERNEL_LANE_SLOTS=2"
+    FERRY_P2P_KERNEL_LANE_SLOTS=2 FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly alltoall -b 64K -e 8M -f 2 -w 5 -n 30
+    ;;
   collsan)
     stage collsan
     timeout 200 compute-sanitizer --tool memcheck --target-processes all --print-limit 10 \

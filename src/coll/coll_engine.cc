@@ -328,9 +328,9 @@ void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
   }
   a->nblocks = b;
   a->pos = ring_.pos;
-  a->nslots = ring_.nslots;
+  a->nslots = ring_.p2pLaneSlots;
   a->lanes = ring_.p2pLanes;
-  a->slotBytes = ring_.slotBytes / ring_.p2pLanes;
+  a->slotBytes = ring_.p2pLaneSlotBytes;
   a->laneBytes = ring_.p2pLaneBytes;
   a->peerChannels = ring_.peerChannelArray();
   a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());

@@ -78,12 +78,16 @@ Status resolveFifo(const RingSetupContext& ctx, RingResources* res) {
 // Kernel p2p lanes per peer: the knob (0: 8 on CUDA, 2 on the host runtime),
 // halved until every (peer, direction, lane) block of a group fits the lane
 // block budget and a lane's slot stays a multiple of 16 of at least 1 KiB.
-// A function of the knobs and the rank count only: every rank must agree.
+// Each lane gets 1/lanes of the peer's FIFO, cut into `laneSlots` slots
+// (FERRY_P2P_KERNEL_LANE_SLOTS; 0: the collective slot count). A function of
+// the knobs and the rank count only: every rank must agree.
 Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res) {
   const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
   int64_t lanes = ctx.params->getInt(ParamId::P2pKernelLanes);
   int64_t laneBytes = ctx.params->getInt(ParamId::P2pKernelLaneBytes);
+  int64_t laneSlots = ctx.params->getInt(ParamId::P2pKernelLaneSlots);
   if (lanes == 0) lanes = cuda ? algo::kMaxKernelP2pLanes : 2;
+  if (laneSlots == 0) laneSlots = res->nslots;
   if (lanes < 1 || lanes > algo::kMaxKernelP2pLanes || (lanes & (lanes - 1)) != 0) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANES=%ld: must be 0, 1, 2, 4 or 8",
                static_cast<long>(lanes));
@@ -92,13 +96,30 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
     FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANE_BYTES=%ld: must be at least 1K",
                static_cast<long>(laneBytes));
   }
+  if (laneSlots < 2 || laneSlots > 64 || laneSlots % 2 != 0) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANE_SLOTS=%ld: must be 0 or even, 2..64",
+               static_cast<long>(laneSlots));
+  }
+  const uint64_t peerFifo = static_cast<uint64_t>(res->nslots) * res->slotBytes;
+  auto laneSlotBytes = [&](int64_t l) {
+    return peerFifo / static_cast<uint64_t>(l) / static_cast<uint64_t>(laneSlots);
+  };
   while (lanes > 1 && (2 * nranks * lanes > algo::kKernelP2pLaneBlockBudget ||
-                       res->slotBytes % (16 * static_cast<uint64_t>(lanes)) != 0 ||
-                       res->slotBytes / static_cast<uint64_t>(lanes) < 1024)) {
+                       peerFifo % (static_cast<uint64_t>(lanes * laneSlots) * 16) != 0 ||
+                       laneSlotBytes(lanes) < 1024)) {
     lanes /= 2;
+  }
+  if (peerFifo % (static_cast<uint64_t>(lanes * laneSlots) * 16) != 0 ||
+      laneSlotBytes(lanes) < 1024) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "FERRY_P2P_KERNEL_LANE_SLOTS=%ld: a peer FIFO of %llu bytes cannot be cut into "
+               "that many slots of >= 1K (multiples of 16)",
+               static_cast<long>(laneSlots), static_cast<unsigned long long>(peerFifo));
   }
   res->p2pLanes = static_cast<uint32_t>(lanes);
   res->p2pLaneBytes = static_cast<uint64_t>(laneBytes);
+  res->p2pLaneSlots = static_cast<uint32_t>(laneSlots);
+  res->p2pLaneSlotBytes = laneSlotBytes(lanes);
   return ncclSuccess;
 }
 
@@ -337,9 +358,11 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
-             "%d kernel-p2p connections x %u lanes, %u slots of %llu bytes (LL %llu), %.1f MiB",
+             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes), %u slots of %llu "
+             "bytes (LL %llu), %.1f MiB",
              res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
-             res.p2pLanes, res.nslots, static_cast<unsigned long long>(res.slotBytes),
+             res.p2pLanes, res.p2pLaneSlots, static_cast<unsigned long long>(res.p2pLaneSlotBytes),
+             res.nslots, static_cast<unsigned long long>(res.slotBytes),
              static_cast<unsigned long long>(res.llSlotBytes), layout.bytes / 1048576.0);
   return ncclSuccess;
 }

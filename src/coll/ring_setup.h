@@ -55,9 +55,12 @@ struct RingResources {
   uint64_t slotBytes = 0;
   uint64_t llSlotBytes = 0;
   // Kernel point-to-point lanes (algo/p2p_kernel.h): each peer connection is
-  // split into p2pLanes lane connections of slotBytes / p2pLanes per slot.
+  // split into p2pLanes lane connections, each p2pLaneSlots slots of
+  // p2pLaneSlotBytes in its 1/p2pLanes of the peer's FIFO.
   uint32_t p2pLanes = 1;
   uint64_t p2pLaneBytes = 0;
+  uint32_t p2pLaneSlots = 0;
+  uint64_t p2pLaneSlotBytes = 0;
   bool shm = false;  // own region in host shared memory
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds

@@ -74,6 +74,9 @@
   X(P2pKernelLaneBytes, "FERRY_P2P_KERNEL_LANE_BYTES", Int, "16K",                                 \
     "Kernel p2p: a message of B bytes is cut into min(lanes, B / this) parts, one thread block " \
     "each (at least 1K).")                                                                        \
+  X(P2pKernelLaneSlots, "FERRY_P2P_KERNEL_LANE_SLOTS", Int, "0",                                  \
+    "Kernel p2p: FIFO slots per lane (even, 2..64), cut from the lane's 1/lanes share of the "    \
+    "peer FIFO; 0: FERRY_COLL_SLOTS.")                                                            \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
     "Ring channels per communicator for collective kernels (one thread block each); 0: 64 on "  \
     "CUDA, 2 on the host runtime.")                                                               \

@@ -38,6 +38,10 @@ foreach(n 3 8)
   set_tests_properties(p2p.alltoall.lanes.n${n} PROPERTIES
     ENVIRONMENT "NCCL_PASS_SM=0;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_KERNEL_LANE_BYTES=1K")
 endforeach()
+# Two big slots per lane instead of many small ones.
+ferry_p2p_test(p2p.stress.laneslots.n2 2 stress)
+set_tests_properties(p2p.stress.laneslots.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_LANE_SLOTS=2;FERRY_P2P_KERNEL_LANE_BYTES=4K")
 
 add_executable(mp_p2p_kill ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_kill.cc)
 target_include_directories(mp_p2p_kill PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
