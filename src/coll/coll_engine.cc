@@ -117,6 +117,9 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   e->rank_ = ctx.topology->myRank;
   int64_t t = ctx.params->getInt(ParamId::CollTimeout);
   e->timeoutNs_ = t > 0 ? t * 1000000000LL : 0;
+  // Kernel p2p waits for a peer like the SM-free path does: FERRY_P2P_TIMEOUT.
+  int64_t p = ctx.params->getInt(ParamId::P2pTimeout);
+  e->p2pTimeoutNs_ = p > 0 ? p * 1000000000LL : 0;
   const int64_t llMax = ctx.params->getInt(ParamId::CollLlMaxBytes);
   const int64_t llChannel = ctx.params->getInt(ParamId::CollLlChannelBytes);
   e->llMaxBytes_ = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
@@ -334,7 +337,7 @@ void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
   a->laneBytes = ring_.p2pLaneBytes;
   a->peerChannels = ring_.peerChannelArray();
   a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
-  a->timeoutNs = static_cast<uint64_t>(timeoutNs_);
+  a->timeoutNs = static_cast<uint64_t>(p2pTimeoutNs_);
 }
 
 Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {

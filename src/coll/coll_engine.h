@@ -119,9 +119,10 @@ class CollEngine {
   int rank_ = -1;
   RingResources ring_;
   std::unique_ptr<rt::HostMemory> abortWord_;  // uint32, device-mapped
-  int64_t timeoutNs_ = 0;
-  uint64_t llMaxBytes_ = 0;      // FERRY_COLL_LL_MAX_BYTES
-  uint64_t llChannelBytes_ = 1;  // FERRY_COLL_LL_CHANNEL_BYTES (>= 1)
+  int64_t timeoutNs_ = 0;                      // FERRY_COLL_TIMEOUT
+  int64_t p2pTimeoutNs_ = 0;                   // FERRY_P2P_TIMEOUT (kernel p2p)
+  uint64_t llMaxBytes_ = 0;                    // FERRY_COLL_LL_MAX_BYTES
+  uint64_t llChannelBytes_ = 1;                // FERRY_COLL_LL_CHANNEL_BYTES (>= 1)
   std::vector<UserOp> ops_;
   // The previous launch: its stream handle and an event recorded after it
   // (null until the first launch outside graph capture).

@@ -64,7 +64,7 @@
     "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
     "Seconds a point-to-point operation may wait for its peer before failing (0: no limit).")   \
-  X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "256K",                                 \
+  X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "2M",                                 \
     "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
     "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \
   X(P2pKernelLanes, "FERRY_P2P_KERNEL_LANES", Int, "0",                                          \
@@ -74,7 +74,7 @@
   X(P2pKernelLaneBytes, "FERRY_P2P_KERNEL_LANE_BYTES", Int, "16K",                                 \
     "Kernel p2p: a message of B bytes is cut into min(lanes, B / this) parts, one thread block " \
     "each (at least 1K).")                                                                        \
-  X(P2pKernelLaneSlots, "FERRY_P2P_KERNEL_LANE_SLOTS", Int, "0",                                  \
+  X(P2pKernelLaneSlots, "FERRY_P2P_KERNEL_LANE_SLOTS", Int, "2",                                  \
     "Kernel p2p: FIFO slots per lane (even, 2..64), cut from the lane's 1/lanes share of the "    \
     "peer FIFO; 0: FERRY_COLL_SLOTS.")                                                            \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \

@@ -64,7 +64,12 @@ set_tests_properties(p2p.stress.staged.n3 PROPERTIES
 ferry_p2p_test(p2p.swap.staged.n2 2 swap)
 set_tests_properties(p2p.swap.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
-ferry_p2p_test(p2p.timeout.n2 2 timeout ENVIRONMENT FERRY_P2P_TIMEOUT=2)
+ferry_p2p_test(p2p.ktimeout.n2 2 ktimeout)
+set_tests_properties(p2p.ktimeout.n2 PROPERTIES ENVIRONMENT "FERRY_P2P_TIMEOUT=2;NCCL_PASS_SM=0")
+# The SM-free path's timeout (its 1 MiB message would otherwise go kernel p2p).
+ferry_p2p_test(p2p.timeout.n2 2 timeout)
+set_tests_properties(p2p.timeout.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_TIMEOUT=2;FERRY_P2P_KERNEL_MAX_BYTES=0")
 
 # Kernel point-to-point (NCCL_PASS_SM=0): the same cases through the kernel
 # path's executor (the host runtime runs it on CPU threads).

@@ -169,6 +169,29 @@ void caseMany(World& w) {
   }
 }
 
+// Kernel p2p's timeout (NCCL_PASS_SM=0, FERRY_P2P_TIMEOUT=2): even ranks
+// send a message larger than the peer FIFO (so it cannot complete early)
+// that their odd peer never receives; the send's stream must fail in about
+// that time (as a collective's does), not hang. Then all abort.
+void caseKernelTimeout(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const size_t bytes = 8 << 20;
+  Message out(w, 9200, w.rank, w.rank ^ 1, bytes, BufferKind::Plain);
+  out.fillAsSender();
+  if (w.rank % 2 == 0) {
+    auto start = Clock::now();
+    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, w.rank ^ 1, w.comm, w.stream));
+    const ncclResult_t synced = ncclFerryStreamSynchronize(w.stream);
+    const double s = secondsSince(start);
+    printf("unmatched kernel-p2p send: stream %s after %.2f s\n", ncclGetErrorString(synced), s);
+    EXPECT_TRUE(synced != ncclSuccess, "a send whose receiver never came completed");
+    EXPECT_TRUE(s > 1.5 && s < 60.0, "failed after %.2f s with FERRY_P2P_TIMEOUT=2", s);
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));  // the odd ranks wait here
+  EXPECT_OK(ncclCommAbort(w.comm));
+  w.comm = nullptr;
+}
+
 // ---- unbatched orders that kernel-mode NCCL completes ----------------------
 
 // (a) rank 0: send on comm A / stream A, then recv on comm B / stream B;
@@ -298,7 +321,7 @@ int main(int argc, char** argv) {
       {"alltoall", caseAlltoall},   {"stress", caseStress},   {"dtypes", caseDtypes},
       {"unbatched", caseUnbatched}, {"mixes", caseMixes},     {"large", caseLarge},
       {"abort", caseAbortInFlight}, {"timeout", caseTimeout}, {"swap", caseSwap},
-      {"many", caseMany},
+      {"many", caseMany},           {"ktimeout", caseKernelTimeout},
   };
   return runCase(argc, argv, cases);
 }
