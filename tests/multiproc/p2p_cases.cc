@@ -318,10 +318,17 @@ void caseSwap(World& w) {
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(World&)>> cases = {
-      {"alltoall", caseAlltoall},   {"stress", caseStress},   {"dtypes", caseDtypes},
-      {"unbatched", caseUnbatched}, {"mixes", caseMixes},     {"large", caseLarge},
-      {"abort", caseAbortInFlight}, {"timeout", caseTimeout}, {"swap", caseSwap},
-      {"many", caseMany},           {"ktimeout", caseKernelTimeout},
+      {"alltoall", caseAlltoall},
+      {"stress", caseStress},
+      {"dtypes", caseDtypes},
+      {"unbatched", caseUnbatched},
+      {"mixes", caseMixes},
+      {"large", caseLarge},
+      {"abort", caseAbortInFlight},
+      {"timeout", caseTimeout},
+      {"swap", caseSwap},
+      {"many", caseMany},
+      {"ktimeout", caseKernelTimeout},
   };
   return runCase(argc, argv, cases);
 }
