@@ -1,10 +1,12 @@
-// Splits the cost of a small all-reduce into host submission and GPU time,
-// for any libnccl.so.2 (Ferry's or NVIDIA's) loaded with dlopen, so both are
+// Splits the cost of a small all-reduce (or a grouped send + receive between
+// ring neighbours, --op sendrecv) into host submission and GPU time, for any
+// libnccl.so.2 (Ferry's or NVIDIA's) loaded with dlopen, so both are
 // measured by the same code in the same run:
 //
 //   ferry-run -n 2 build/bench/ferry-launch-cost --lib build/libnccl.so.2 [--bytes 8]
+//       [--op allreduce|sendrecv]
 //
-// Rank 0 prints, per all-reduce of `bytes` (float sum):
+// Rank 0 prints, per operation of `bytes` (float):
 //   submit   host time of one ncclAllReduce call, back to back (no sync);
 //   stream   GPU time per op of 200 back-to-back ops (what ferry-bench sees);
 //   single   GPU time of one op launched onto an idle stream (event to event).
@@ -47,11 +49,14 @@ float timeOnStream(cudaStream_t s, Body body) {
 
 int main(int argc, char** argv) {
   const char* path = nullptr;
+  const char* opName = "allreduce";
   size_t bytes = 8;
   for (int i = 1; i + 1 < argc; ++i) {
     if (strcmp(argv[i], "--lib") == 0) path = argv[i + 1];
     if (strcmp(argv[i], "--bytes") == 0) bytes = strtoull(argv[i + 1], nullptr, 10);
+    if (strcmp(argv[i], "--op") == 0) opName = argv[i + 1];
   }
+  const bool sendrecv = strcmp(opName, "sendrecv") == 0;
   const int rank = envInt("RANK", -1), nranks = envInt("WORLD_SIZE", -1);
   if (path == nullptr || rank < 0 || nranks < 1 || bytes < 4) {
     fprintf(stderr, "usage: ferry-run -n N %s --lib LIBNCCL [--bytes B]\n", argv[0]);
@@ -66,8 +71,10 @@ int main(int argc, char** argv) {
   if (cudaSetDevice(envInt("FERRY_DEVICE", rank)) != cudaSuccess) return 1;
   const size_t count = bytes / sizeof(float);
   float* buf = nullptr;
+  float* out = nullptr;
   cudaStream_t s = nullptr;
   if (cudaMalloc(&buf, count * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&out, count * sizeof(float)) != cudaSuccess ||
       cudaMemset(buf, 0, count * sizeof(float)) != cudaSuccess ||
       cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
     return 1;
@@ -79,7 +86,14 @@ int main(int argc, char** argv) {
     fprintf(stderr, "init failed\n");
     return 1;
   }
-  auto op = [&] { return lib.allReduce(buf, buf, count, ncclFloat, ncclSum, comm, s); };
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  auto op = [&] {
+    if (!sendrecv) return lib.allReduce(buf, buf, count, ncclFloat, ncclSum, comm, s);
+    lib.groupStart();
+    lib.send(buf, count, ncclFloat, next, comm, s);
+    lib.recv(out, count, ncclFloat, prev, comm, s);
+    return lib.groupEnd();
+  };
   constexpr int kOps = 200;
   for (int i = 0; i < 50; ++i) op();  // warm up
   cudaStreamSynchronize(s);
@@ -97,8 +111,8 @@ int main(int argc, char** argv) {
   constexpr int kSingles = 50;
   for (int i = 0; i < kSingles; ++i) singleUs += 1000.0 * timeOnStream(s, op) / kSingles;
   if (rank == 0) {
-    printf("%s: %zu B all-reduce: submit %.2f us, stream %.2f us/op, single %.2f us\n", path, bytes,
-           submitUs, 1000.0 * streamMs / kOps, singleUs);
+    printf("%s: %zu B %s: submit %.2f us, stream %.2f us/op, single %.2f us\n", path, bytes,
+           sendrecv ? "sendrecv" : "all-reduce", submitUs, 1000.0 * streamMs / kOps, singleUs);
   }
   lib.commDestroy(comm);
   return 0;

@@ -219,6 +219,18 @@ for s in $stages; do
     echo "--- alltoall, kernel p2p to 8M, FERRY_P2P_KERNEL_LANE_SLOTS=2"
     FERRY_P2P_KERNEL_LANE_SLOTS=2 FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly alltoall -b 64K -e 8M -f 2 -w 5 -n 30
     ;;
+  lcost)
+    # Host submission vs GPU time per op (bench/launch_cost.cc), Ferry then NCCL.
+    stage lcost
+    for op in sendrecv allreduce; do
+      for bytes in 8 65536 1048576; do
+        for lib in $b/libnccl.so.2 "$nccl"; do
+          timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib "$lib" --op $op --bytes $bytes 2>&1 |
+            grep -E "submit" | sed "s|$b/libnccl.so.2|Ferry|; s|$nccl|NCCL|"
+        done
+      done
+    done
+    ;;
   collsan)
     stage collsan
     timeout 200 compute-sanitizer --tool memcheck --target-processes all --print-limit 10 \
