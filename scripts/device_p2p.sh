@@ -231,6 +231,24 @@ for s in $stages; do
       done
     done
     ;;
+  gpup2p)
+    # The p2p GPU tests without the two large-message ones, plus graph capture.
+    stage gpup2p
+    (cd $b && timeout 200 ctest -L gpu -R "p2p|graph" -E "large" --timeout 100 --output-on-failure 2>&1 >"$out/ctest-gpup2p.log"
+     grep -E "tests passed|Failed|FAIL" "$out/ctest-gpup2p.log" | tail -12)
+    ;;
+  llmax)
+    # Kernel p2p LL threshold against NCCL (default), then Ferry alone with LL
+    # off and with LL up to 64K.
+    stage llmax
+    timeout 60 $run --timeout 55 $b/bench/ferry-bench sendrecv,alltoall -b 8 -e 256K -f 4 -w 20 -n 30 \
+      --inplace no --lib $b/libnccl.so.2 --compare "$nccl" >"$out/llmax.txt" 2>&1
+    echo "llmax exit $?"; grep -v "^\[1\]" "$out/llmax.txt" | grep -v INFO | grep -E "^\[0\] +[0-9].*N/A +N/A +N/A +N/A +N/A +N/A$|#wrong total"
+    for v in 0 64K; do
+      echo "--- FERRY_P2P_LL_MAX_BYTES=$v"
+      FERRY_P2P_LL_MAX_BYTES=$v ferryOnly sendrecv,alltoall -b 8 -e 256K -f 4 -w 20 -n 30
+    done
+    ;;
   collsan)
     stage collsan
     timeout 200 compute-sanitizer --tool memcheck --target-processes all --print-limit 10 \

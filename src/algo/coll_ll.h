@@ -216,6 +216,8 @@ class LlPrims : public PrimOps<LlPrims<P, T, Op>, T> {
     ch->llSendStep = ch_.llSendStep;
     ch->llRecvStep = ch_.llRecvStep;
   }
+  FERRY_HD uint64_t sendStep() const { return ch_.llSendStep; }
+  FERRY_HD uint64_t recvStep() const { return ch_.llRecvStep; }
 
  private:
   friend class PrimOps<LlPrims, T>;

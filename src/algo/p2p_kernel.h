@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "algo/coll_ll.h"
 #include "algo/coll_ring.h"
 
 namespace ferry::algo {
@@ -44,6 +45,14 @@ constexpr int kKernelP2pLaneBlockBudget = 64;
 FERRY_HD inline uint32_t p2pLaneCount(uint64_t bytes, uint32_t lanes, uint64_t laneBytes) {
   uint64_t n = bytes / laneBytes;
   return n <= 1 ? 1u : (n >= lanes ? lanes : static_cast<uint32_t>(n));
+}
+
+// Messages of at most llMaxBytes go whole over lane 0's LL connection (one
+// store per line publishes data and flag: no fence, no tail round trip);
+// larger ones are cut into lanes over the FIFO protocol.
+FERRY_HD inline uint32_t p2pParts(uint64_t bytes, uint32_t lanes, uint64_t laneBytes,
+                                  uint64_t llMaxBytes) {
+  return bytes <= llMaxBytes ? 1u : p2pLaneCount(bytes, lanes, laneBytes);
 }
 
 // Part `lane` of a message cut into `parts`: [*begin, *begin + *len), 16-byte
@@ -80,9 +89,13 @@ struct P2pArgsT {
   int32_t nblocks;
   int32_t pos;  // for log lines
   uint32_t nslots;
-  uint32_t lanes;             // lane connections per peer (peerChannels[peer * lanes + lane])
-  uint64_t slotBytes;         // a lane connection's slot
-  uint64_t laneBytes;         // p2pLaneCount's unit
+  uint32_t lanes;        // lane connections per peer (peerChannels[peer * lanes + lane])
+  uint64_t slotBytes;    // a lane connection's slot
+  uint64_t laneBytes;    // p2pLaneCount's unit
+  uint64_t llMaxBytes;   // p2pParts: messages up to this size use LL (0: none)
+  uint64_t llSlotBytes;  // lane 0's LL slot
+  uint32_t llSlots;      // lane 0's LL slot count
+  uint32_t reserved;
   RingChannel* peerChannels;  // by peer * lanes + lane, in the executor's memory
   const volatile uint32_t* abortFlag;
   uint64_t timeoutNs;
@@ -98,9 +111,10 @@ static_assert(std::is_trivially_copyable_v<P2pArgsSmall> && sizeof(P2pArgsSmall)
 
 // Runs block b's tasks; stores back only its own direction's counter (the
 // peer's other direction belongs to another block of the same launch).
-// Runs block b: its lane's part of each task, in call order; stores back
-// only its own lane and direction's counter (the other direction and lanes
-// belong to other blocks of the same launch).
+// Runs block b: its lane's part of each task, in call order (lane 0 also
+// carries the LL messages, over its LL connection); stores back only its
+// own lane and direction's counters (the other direction and lanes belong
+// to other blocks of the same launch).
 template <class P, class Args>
 FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const Args& a, int b) {
   using Op = CollOp<int8_t, kFnCopy>;
@@ -109,20 +123,27 @@ FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const Args& a, int b) {
   RingChannel& ch = a.peerChannels[static_cast<uint32_t>(first.peer) * a.lanes + blk.lane];
   Op op{};
   RingPrims<P, int8_t, Op> prims(ctx, ch, op, a.nslots, sliceEltsFor(a.slotBytes, 1));
+  LlPrims<P, int8_t, Op> ll(ctx, ch, op, a.llSlots, a.llSlotBytes);
   bool ok = true;
   for (int i = blk.begin; ok && i < blk.end; ++i) {
     const P2pTaskArg& t = a.tasks[i];
+    auto* buf = static_cast<int8_t*>(t.buf);
+    if (t.bytes <= a.llMaxBytes) {
+      if (blk.lane == 0) ok = t.isSend ? ll.send(buf, t.bytes) : ll.recv(buf, t.bytes);
+      continue;
+    }
     const uint32_t parts = p2pLaneCount(t.bytes, a.lanes, a.laneBytes);
     if (blk.lane >= parts) continue;  // this message does not use the lane
     uint64_t begin = 0, len = 0;
     p2pLanePart(t.bytes, parts, blk.lane, &begin, &len);
-    auto* buf = static_cast<int8_t*>(t.buf) + begin;
-    ok = t.isSend ? prims.send(buf, len) : prims.recv(buf, len);
+    ok = t.isSend ? prims.send(buf + begin, len) : prims.recv(buf + begin, len);
   }
   if (first.isSend) {
     ch.sendStep = prims.sendStep();
+    ch.llSendStep = ll.sendStep();
   } else {
     ch.recvStep = prims.recvStep();
+    ch.llRecvStep = ll.recvStep();
   }
   return ok;
 }

@@ -120,6 +120,8 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   res->p2pLaneBytes = static_cast<uint64_t>(laneBytes);
   res->p2pLaneSlots = static_cast<uint32_t>(laneSlots);
   res->p2pLaneSlotBytes = laneSlotBytes(lanes);
+  const int64_t llMax = ctx.params->getInt(ParamId::P2pLlMaxBytes);
+  res->p2pLlMaxBytes = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
   return ncclSuccess;
 }
 
@@ -272,6 +274,15 @@ algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t l
   c.sendTail = line(theirs, me, 0);
   c.sendHead = line(own, q, 1);
   c.recvHead = line(theirs, me, 1);
+  if (lane == 0) {  // the LL connection (small messages)
+    auto llFifo = [&](char* base, int peer) {
+      return base + l.llFifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.llFifoBytes;
+    };
+    c.llRecvFifo = llFifo(own, q);
+    c.llSendFifo = llFifo(theirs, me);
+    c.llSendHead = line(own, q, 2);
+    c.llRecvHead = line(theirs, me, 2);
+  }
   return c;
 }
 
@@ -316,7 +327,7 @@ RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uin
   RingRegionLayout l;
   l.llFifos = algo::roundUp(nflags * 3 * kRingFlagLine, 4096);
   l.llFifoBytes = static_cast<uint64_t>(nslots) * llSlotBytes;
-  l.fifos = algo::roundUp(l.llFifos + static_cast<uint64_t>(nchannels) * l.llFifoBytes, 4096);
+  l.fifos = algo::roundUp(l.llFifos + nconn * l.llFifoBytes, 4096);
   l.fifoBytes = static_cast<uint64_t>(nslots) * slotBytes;
   l.bytes = l.fifos + nconn * l.fifoBytes;
   return l;

@@ -61,6 +61,9 @@ struct RingResources {
   uint64_t p2pLaneBytes = 0;
   uint32_t p2pLaneSlots = 0;
   uint64_t p2pLaneSlotBytes = 0;
+  // Messages up to this size go over lane 0's LL connection (nslots x
+  // llSlotBytes, like a ring channel's); 0: none.
+  uint64_t p2pLlMaxBytes = 0;
   bool shm = false;  // own region in host shared memory
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds
@@ -89,9 +92,10 @@ struct RingResources {
 // Offsets inside a region (the same on every rank). Flag lines: the ring
 // channels' connections, then the peer lane connections' (nchannels +
 // nranks x lanes), three lines each (tail, head, LL head: only ring channels
-// use the last). Then the LL FIFOs of the ring channels (nslots x
-// llSlotBytes each), then the FIFOs (nslots x slotBytes) of the ring
-// channels and of each peer (its lanes share it, an equal slice each). The
+// use the last; of the peer lanes, lane 0). Then the LL FIFOs (nslots x
+// llSlotBytes each) of the ring channels and of each peer's lane 0, then the
+// FIFOs (nslots x slotBytes) of the ring channels and of each peer (its
+// lanes share it, an equal slice each). The
 // flags and LL FIFOs start zeroed (an LL line's flag must never match by
 // accident).
 constexpr uint64_t kRingFlagLine = 128;

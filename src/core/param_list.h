@@ -77,6 +77,9 @@
   X(P2pKernelLaneSlots, "FERRY_P2P_KERNEL_LANE_SLOTS", Int, "2",                                  \
     "Kernel p2p: FIFO slots per lane (even, 2..64), cut from the lane's 1/lanes share of the "    \
     "peer FIFO; 0: FERRY_COLL_SLOTS.")                                                            \
+  X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "16K",                                         \
+    "Kernel p2p messages of at most this many bytes use the LL protocol (data and flag in one "  \
+    "store, half the bandwidth) on one lane; 0: never.")                                          \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
     "Ring channels per communicator for collective kernels (one thread block each); 0: 64 on "  \
     "CUDA, 2 on the host runtime.")                                                               \

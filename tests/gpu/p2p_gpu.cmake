@@ -41,3 +41,5 @@ set_tests_properties(gpu.p2p.swap.staged PROPERTIES ENVIRONMENT "FERRY_P2P_STAGE
 ferry_gpu_p2p_test(gpu.p2p.many.lanes many)
 set_tests_properties(gpu.p2p.many.lanes PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_LANE_BYTES=1K")
+# Every kernel-p2p message of the stress case over LL.
+ferry_gpu_p2p_test(gpu.p2p.stress.ll stress ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=64K)

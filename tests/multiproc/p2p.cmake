@@ -38,6 +38,10 @@ foreach(n 3 8)
   set_tests_properties(p2p.alltoall.lanes.n${n} PROPERTIES
     ENVIRONMENT "NCCL_PASS_SM=0;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_KERNEL_LANE_BYTES=1K")
 endforeach()
+# Every kernel-p2p message of the stress case (<= 64 KiB) over LL, and LL
+# off (the FIFO protocol for small messages too).
+ferry_p2p_test(p2p.stress.ll.n3 3 stress ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=64K)
+ferry_p2p_test(p2p.many.nol.n2 2 many ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=0)
 # Two big slots per lane instead of many small ones.
 ferry_p2p_test(p2p.stress.laneslots.n2 2 stress)
 set_tests_properties(p2p.stress.laneslots.n2 PROPERTIES

@@ -33,6 +33,12 @@ TEST(P2pLanes, PartsTileTheMessage) {
   }
 }
 
+TEST(P2pLanes, SmallMessagesTakeOneLlPart) {
+  EXPECT_EQ(algo::p2pParts(16384, 8, 1024, 16384), 1u);
+  EXPECT_EQ(algo::p2pParts(16385, 8, 1024, 16384), 8u);
+  EXPECT_EQ(algo::p2pParts(4096, 8, 1024, 0), 4u);
+}
+
 TEST(P2pLanes, KnownCuts) {
   constexpr uint64_t K = 1024;
   EXPECT_EQ(algo::p2pLaneCount(15 * K, 8, 16 * K), 1u);
