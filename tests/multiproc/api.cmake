@@ -30,3 +30,8 @@ ferry_api_test(api.badargs.n1 1 badargs)
 ferry_api_test(api.initall.n1 1 initall)
 ferry_api_test(api.missing.n2 2 missing ENVIRONMENT FERRY_BOOTSTRAP_TIMEOUT=2)
 ferry_api_test(api.duprank.n3 3 duprank ENVIRONMENT FERRY_BOOTSTRAP_TIMEOUT=5)
+# Malformed connection knobs: init fails on every rank with a clear error.
+ferry_api_test(api.badknob.lanes.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANES=3)
+ferry_api_test(api.badknob.laneslots.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANE_SLOTS=3)
+ferry_api_test(api.badknob.lanebytes.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANE_BYTES=100)
+ferry_api_test(api.badknob.slots.n2 2 badknob ENVIRONMENT FERRY_COLL_SLOTS=3)

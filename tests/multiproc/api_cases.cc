@@ -246,6 +246,21 @@ void caseMissing(const Ctx& ctx) {
   EXPECT_OK(ncclCommAbort(comm));
 }
 
+// A malformed knob (set by the test, the same on every rank) fails init on
+// every rank with ncclInvalidArgument, promptly and without a hang.
+void caseBadKnob(const Ctx& ctx) {
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  auto start = Clock::now();
+  ncclResult_t r = ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank);
+  double s = secondsSince(start);
+  printf("init with a malformed knob returned %s after %.2f s\n", ncclGetErrorString(r), s);
+  EXPECT_TRUE(r == ncclInvalidArgument, "init returned %d", r);
+  EXPECT_TRUE(s < 30.0, "took %.2f s", s);
+  EXPECT_OK(ncclCommAbort(comm));
+}
+
 // The last rank claims rank 0 too: nobody may end up with a communicator.
 void caseDuplicateRank(const Ctx& ctx) {
   int claimed = ctx.env.rank == ctx.env.nranks - 1 ? 0 : ctx.env.rank;
@@ -308,7 +323,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(const Ctx&)>> cases = {
       {"init", caseInit},       {"nonblocking", caseNonblocking}, {"split", caseSplit},
       {"abort", caseAbort},     {"missing", caseMissing},         {"duprank", caseDuplicateRank},
-      {"badargs", caseBadArgs}, {"initall", caseInitAll},
+      {"badargs", caseBadArgs}, {"initall", caseInitAll},         {"badknob", caseBadKnob},
   };
   auto it = cases.find(argv[1]);
   if (it == cases.end()) {
