@@ -126,7 +126,8 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   bool ll = true;
   bool simple = true;
   const std::string& proto = ctx.params->getString(ParamId::Proto);
-  if (parseProtocols(proto, &ll, &simple) != ncclSuccess) {
+  const bool parsed = parseProtocols(proto, &ll, &simple) == ncclSuccess;
+  if (!parsed) {
     FERRY_WARN("NCCL_PROTO=%s ignored: collectives choose LL or Simple by size", proto.c_str());
   } else if (!ll) {
     e->llMaxBytes_ = 0;
@@ -137,6 +138,13 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   FERRY_CHECK(setupRing(ctx, &e->ring_));
+  // NCCL_PROTO without LL turns kernel p2p's LL off too (a malformed value
+  // was ignored above); every rank reads the same setting.
+  if (parsed && !ll && e->ring_.p2pLlMaxBytes != 0) {
+    e->ring_.p2pLlMaxBytes = 0;
+    FERRY_INFO(kLogInit | kLogP2p, "NCCL_PROTO=%s: kernel p2p uses the FIFO protocol at every size",
+               proto.c_str());
+  }
   *out = std::move(e);
   return ncclSuccess;
 }
