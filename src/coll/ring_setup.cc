@@ -120,7 +120,11 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   res->p2pLaneBytes = static_cast<uint64_t>(laneBytes);
   res->p2pLaneSlots = static_cast<uint32_t>(laneSlots);
   res->p2pLaneSlotBytes = laneSlotBytes(lanes);
-  const int64_t llMax = ctx.params->getInt(ParamId::P2pLlMaxBytes);
+  // FERRY_P2P_LL_MAX_BYTES, else NCCL's NCCL_P2P_LL_THRESHOLD, else the default.
+  const int64_t llMax =
+      ctx.params->isSet(ParamId::P2pLlMaxBytes) || !ctx.params->isSet(ParamId::P2pLlThreshold)
+          ? ctx.params->getInt(ParamId::P2pLlMaxBytes)
+          : ctx.params->getInt(ParamId::P2pLlThreshold);
   res->p2pLlMaxBytes = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
   return ncclSuccess;
 }
@@ -369,11 +373,12 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
-             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes), %u slots of %llu "
-             "bytes (LL %llu), %.1f MiB",
+             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes, LL up to %llu), %u "
+             "slots of %llu bytes (LL %llu), %.1f MiB",
              res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
              res.p2pLanes, res.p2pLaneSlots, static_cast<unsigned long long>(res.p2pLaneSlotBytes),
-             res.nslots, static_cast<unsigned long long>(res.slotBytes),
+             static_cast<unsigned long long>(res.p2pLlMaxBytes), res.nslots,
+             static_cast<unsigned long long>(res.slotBytes),
              static_cast<unsigned long long>(res.llSlotBytes), layout.bytes / 1048576.0);
   return ncclSuccess;
 }

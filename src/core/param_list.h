@@ -80,6 +80,8 @@
   X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "16K",                                         \
     "Kernel p2p messages of at most this many bytes use the LL protocol (data and flag in one "  \
     "store, half the bandwidth) on one lane; 0: never.")                                          \
+  X(P2pLlThreshold, "NCCL_P2P_LL_THRESHOLD", Int, "16K",                                          \
+    "NCCL's name for FERRY_P2P_LL_MAX_BYTES (used when that is not set).")                        \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
     "Ring channels per communicator for collective kernels (one thread block each); 0: 64 on "  \
     "CUDA, 2 on the host runtime.")                                                               \

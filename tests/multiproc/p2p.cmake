@@ -43,6 +43,7 @@ endforeach()
 ferry_p2p_test(p2p.stress.ll.n3 3 stress ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=64K)
 ferry_p2p_test(p2p.many.nol.n2 2 many ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=0)
 ferry_p2p_test(p2p.many.simple.n2 2 many ENVIRONMENT NCCL_PROTO=Simple)
+ferry_p2p_test(p2p.many.ncclll.n2 2 many ENVIRONMENT NCCL_P2P_LL_THRESHOLD=2K)
 # Two big slots per lane instead of many small ones.
 ferry_p2p_test(p2p.stress.laneslots.n2 2 stress)
 set_tests_properties(p2p.stress.laneslots.n2 PROPERTIES
