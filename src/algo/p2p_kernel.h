@@ -109,8 +109,6 @@ static_assert(std::is_trivially_copyable_v<P2pArgs> && sizeof(P2pArgs) <= 32000,
 static_assert(std::is_trivially_copyable_v<P2pArgsSmall> && sizeof(P2pArgsSmall) <= 1400,
               "the small variant exists to keep the argument small");
 
-// Runs block b's tasks; stores back only its own direction's counter (the
-// peer's other direction belongs to another block of the same launch).
 // Runs block b: its lane's part of each task, in call order (lane 0 also
 // carries the LL messages, over its LL connection); stores back only its
 // own lane and direction's counters (the other direction and lanes belong

@@ -138,13 +138,18 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   FERRY_CHECK(setupRing(ctx, &e->ring_));
-  // NCCL_PROTO without LL turns kernel p2p's LL off too (a malformed value
-  // was ignored above); every rank reads the same setting.
-  if (parsed && !ll && e->ring_.p2pLlMaxBytes != 0) {
-    e->ring_.p2pLlMaxBytes = 0;
-    FERRY_INFO(kLogInit | kLogP2p, "NCCL_PROTO=%s: kernel p2p uses the FIFO protocol at every size",
-               proto.c_str());
-  }
+  // Kernel p2p's LL limit: FERRY_P2P_LL_MAX_BYTES, else NCCL's
+  // NCCL_P2P_LL_THRESHOLD; none when NCCL_PROTO excludes LL (a malformed
+  // value was ignored above). Every rank reads the same settings.
+  const bool ferryLl =
+      ctx.params->isSet(ParamId::P2pLlMaxBytes) || !ctx.params->isSet(ParamId::P2pLlThreshold);
+  const int64_t p2pLl =
+      ctx.params->getInt(ferryLl ? ParamId::P2pLlMaxBytes : ParamId::P2pLlThreshold);
+  const bool llExcluded = parsed && !ll;
+  e->p2pLlMaxBytes_ = p2pLl > 0 && !llExcluded ? static_cast<uint64_t>(p2pLl) : 0;
+  FERRY_INFO(kLogInit | kLogP2p, "kernel p2p: LL up to %llu bytes%s",
+             static_cast<unsigned long long>(e->p2pLlMaxBytes_),
+             llExcluded ? " (NCCL_PROTO excludes LL)" : "");
   *out = std::move(e);
   return ncclSuccess;
 }
@@ -343,7 +348,7 @@ void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
   a->lanes = ring_.p2pLanes;
   a->slotBytes = ring_.p2pLaneSlotBytes;
   a->laneBytes = ring_.p2pLaneBytes;
-  a->llMaxBytes = ring_.p2pLlMaxBytes;
+  a->llMaxBytes = p2pLlMaxBytes_;
   a->llSlotBytes = ring_.llSlotBytes;
   a->llSlots = ring_.nslots;
   a->peerChannels = ring_.peerChannelArray();
@@ -357,7 +362,7 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
     FERRY_FAIL(ncclInvalidUsage, "kernel point-to-point needs every rank on this host");
   }
   P2pPlan plan;
-  FERRY_CHECK(planP2p(tasks, ring_.p2pLanes, ring_.p2pLaneBytes, ring_.p2pLlMaxBytes, &plan));
+  FERRY_CHECK(planP2p(tasks, ring_.p2pLanes, ring_.p2pLaneBytes, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
   if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;

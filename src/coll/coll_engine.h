@@ -121,6 +121,7 @@ class CollEngine {
   std::unique_ptr<rt::HostMemory> abortWord_;  // uint32, device-mapped
   int64_t timeoutNs_ = 0;                      // FERRY_COLL_TIMEOUT
   int64_t p2pTimeoutNs_ = 0;                   // FERRY_P2P_TIMEOUT (kernel p2p)
+  uint64_t p2pLlMaxBytes_ = 0;                 // kernel p2p LL limit (0: none)
   uint64_t llMaxBytes_ = 0;                    // FERRY_COLL_LL_MAX_BYTES
   uint64_t llChannelBytes_ = 1;                // FERRY_COLL_LL_CHANNEL_BYTES (>= 1)
   std::vector<UserOp> ops_;

@@ -104,13 +104,14 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   auto laneSlotBytes = [&](int64_t l) {
     return peerFifo / static_cast<uint64_t>(l) / static_cast<uint64_t>(laneSlots);
   };
-  while (lanes > 1 && (2 * nranks * lanes > algo::kKernelP2pLaneBlockBudget ||
-                       peerFifo % (static_cast<uint64_t>(lanes * laneSlots) * 16) != 0 ||
-                       laneSlotBytes(lanes) < 1024)) {
+  // Slots of a multiple of 16 bytes, at least 1 KiB.
+  auto slotsFit = [&](int64_t l) {
+    return peerFifo % (static_cast<uint64_t>(l * laneSlots) * 16) == 0 && laneSlotBytes(l) >= 1024;
+  };
+  while (lanes > 1 && (2 * nranks * lanes > algo::kKernelP2pLaneBlockBudget || !slotsFit(lanes))) {
     lanes /= 2;
   }
-  if (peerFifo % (static_cast<uint64_t>(lanes * laneSlots) * 16) != 0 ||
-      laneSlotBytes(lanes) < 1024) {
+  if (!slotsFit(lanes)) {
     FERRY_FAIL(ncclInvalidArgument,
                "FERRY_P2P_KERNEL_LANE_SLOTS=%ld: a peer FIFO of %llu bytes cannot be cut into "
                "that many slots of >= 1K (multiples of 16)",
@@ -120,12 +121,6 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   res->p2pLaneBytes = static_cast<uint64_t>(laneBytes);
   res->p2pLaneSlots = static_cast<uint32_t>(laneSlots);
   res->p2pLaneSlotBytes = laneSlotBytes(lanes);
-  // FERRY_P2P_LL_MAX_BYTES, else NCCL's NCCL_P2P_LL_THRESHOLD, else the default.
-  const int64_t llMax =
-      ctx.params->isSet(ParamId::P2pLlMaxBytes) || !ctx.params->isSet(ParamId::P2pLlThreshold)
-          ? ctx.params->getInt(ParamId::P2pLlMaxBytes)
-          : ctx.params->getInt(ParamId::P2pLlThreshold);
-  res->p2pLlMaxBytes = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
   return ncclSuccess;
 }
 
@@ -231,9 +226,10 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
 
 // Ring channel `conn` of a rank whose writes go to `next` and whose drains
 // are acknowledged to `prev`; the peer side is the same channel of their
-// regions (remoteConn == conn).
+// regions.
 algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, char* prev,
-                               char* next, int remoteConn) {
+                               char* next) {
+  const int remoteConn = conn;
   const RingRegionLayout l = ringRegionLayout(res.nchannels, res.nranks, res.p2pLanes, res.nslots,
                                               res.slotBytes, res.llSlotBytes);
   auto line = [&](char* base, int c, int which) {
@@ -303,8 +299,7 @@ Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRa
   char* own = res->own.base;
   std::vector<algo::RingChannel> table(res->nchannels);
   for (int h = 0; h < res->nchannels; ++h) {
-    table[h] =
-        connectionOf(*res, h, own, res->regions[prevRank].base, res->regions[nextRank].base, h);
+    table[h] = connectionOf(*res, h, own, res->regions[prevRank].base, res->regions[nextRank].base);
   }
   FERRY_CHECK(
       copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
@@ -373,12 +368,11 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
-             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes, LL up to %llu), %u "
-             "slots of %llu bytes (LL %llu), %.1f MiB",
+             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes), %u slots of %llu "
+             "bytes (LL %llu), %.1f MiB",
              res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
              res.p2pLanes, res.p2pLaneSlots, static_cast<unsigned long long>(res.p2pLaneSlotBytes),
-             static_cast<unsigned long long>(res.p2pLlMaxBytes), res.nslots,
-             static_cast<unsigned long long>(res.slotBytes),
+             res.nslots, static_cast<unsigned long long>(res.slotBytes),
              static_cast<unsigned long long>(res.llSlotBytes), layout.bytes / 1048576.0);
   return ncclSuccess;
 }

@@ -61,9 +61,6 @@ struct RingResources {
   uint64_t p2pLaneBytes = 0;
   uint32_t p2pLaneSlots = 0;
   uint64_t p2pLaneSlotBytes = 0;
-  // Messages up to this size go over lane 0's LL connection (nslots x
-  // llSlotBytes, like a ring channel's); 0: none.
-  uint64_t p2pLlMaxBytes = 0;
   bool shm = false;  // own region in host shared memory
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds
