@@ -310,6 +310,7 @@ class RootRegistry {
  private:
   RootRegistry() {
     std::atexit([] { RootRegistry::get().stopAll(); });
+    registerLoggerForkHandlers();  // before ours: see log.h
     pthread_atfork([] { RootRegistry::get().mu_.lock(); }, [] { RootRegistry::get().mu_.unlock(); },
                    [] { RootRegistry::get().forgetInChild(); });
   }

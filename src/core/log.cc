@@ -1,5 +1,6 @@
 #include "core/log.h"
 
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -25,9 +26,24 @@ struct LoggerState {
   char host[64] = {0};
 };
 
+LoggerState& state();
+
+// A fork() child gets a copy of the logger's mutex in whatever state it had in
+// the parent; if another thread was logging at that instant the child would
+// block forever in its first log call. Prepare takes the mutex, so the child
+// is forked with it held by the forking thread and releases it itself.
+void installForkHandlers() {
+  pthread_atfork([] { state().mu.lock(); }, [] { state().mu.unlock(); },
+                 [] { state().mu.unlock(); });
+}
+
 LoggerState& state() {
   // Leaked on purpose: logging must work during static destruction.
-  static LoggerState* s = new LoggerState();
+  static LoggerState* s = [] {
+    auto* fresh = new LoggerState();
+    installForkHandlers();
+    return fresh;
+  }();
   return *s;
 }
 
@@ -183,6 +199,10 @@ void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, con
     fprintf(s.out, "%s:%d:%ld%s NCCL %s %s\n", s.host, getpid(), tid, rank, tag, body);
   }
   fflush(s.out);
+}
+
+void registerLoggerForkHandlers() {
+  (void)state();
 }
 
 std::string lastWarning() {

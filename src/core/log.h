@@ -58,6 +58,13 @@ void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, con
 // The last WARN text of this process (ncclGetLastError).
 std::string lastWarning();
 
+// Makes sure the logger's fork handlers are registered. prepare handlers run
+// in reverse registration order, so a module whose own fork handler takes a
+// lock it may hold while logging calls this before its pthread_atfork: fork
+// then takes that module's lock first and the logger's last, the order every
+// thread uses (log while holding the module lock, never the reverse).
+void registerLoggerForkHandlers();
+
 // Re-read NCCL_DEBUG* (used at communicator init and by tests).
 void reloadLogConfig();
 
