@@ -5,6 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
+#           lllanes firstuse p2psan
 set -uo pipefail
 src=$1
 shift
@@ -248,6 +249,39 @@ for s in $stages; do
       echo "--- FERRY_P2P_LL_MAX_BYTES=$v"
       FERRY_P2P_LL_MAX_BYTES=$v ferryOnly sendrecv,alltoall -b 8 -e 256K -f 4 -w 20 -n 30
     done
+    ;;
+  lllanes)
+    # Kernel p2p LL cut into lanes: "LL limit / LL lane unit" configurations
+    # against NCCL in the same run (LLLANES_CFGS overrides the list).
+    stage lllanes
+    for v in ${LLLANES_CFGS:-"16K 8K" "64K 8K" "64K 4K"}; do
+      set -- $v
+      echo "--- FERRY_P2P_LL_MAX_BYTES=$1 FERRY_P2P_LL_LANE_BYTES=$2"
+      FERRY_P2P_LL_MAX_BYTES=$1 FERRY_P2P_LL_LANE_BYTES=$2 timeout 60 $run --timeout 55 \
+        $b/bench/ferry-bench sendrecv,alltoall -b 1K -e 128K -f 2 -w 20 -n 30 --inplace no \
+        --lib $b/libnccl.so.2 --compare "$nccl" >"$out/lllanes-$1-$2.txt" 2>&1
+      echo "exit $?"; grep -E "^\[0\] +[0-9]|wrong" "$out/lllanes-$1-$2.txt" | cut -c1-160
+    done
+    ;;
+  firstuse)
+    # How long kernel p2p's first iterations stay slow: one size, few warm-ups.
+    stage firstuse
+    for w in 0 1 3 20; do
+      echo "--- -w $w"; ferryOnly sendrecv -b ${FIRSTUSE_SIZE:-64K} -e ${FIRSTUSE_SIZE:-64K} -w $w -n 10
+    done
+    ;;
+  p2psan)
+    # compute-sanitizer over kernel p2p: LL lane parts, FIFO lanes, both tables.
+    stage p2psan
+    FERRY_P2P_LL_LANE_BYTES=1K timeout 200 compute-sanitizer --tool memcheck \
+      --target-processes all --print-limit 10 $run --timeout 190 $b/tests/mp_p2p many >"$out/p2psan-ll.log" 2>&1
+    echo "memcheck LL exit $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$out/p2psan-ll.log" | head -6
+    FERRY_P2P_LL_MAX_BYTES=0 FERRY_P2P_KERNEL_LANE_BYTES=1K timeout 200 compute-sanitizer --tool memcheck --target-processes all \
+      --print-limit 10 $run --timeout 190 $b/tests/mp_p2p many >"$out/p2psan-many.log" 2>&1
+    echo "memcheck many exit $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$out/p2psan-many.log" | head -6
+    FERRY_P2P_LL_LANE_BYTES=1K timeout 200 compute-sanitizer --tool racecheck --target-processes all \
+      --print-limit 10 $run --timeout 190 $b/tests/mp_p2p many >"$out/p2prace.log" 2>&1
+    echo "racecheck many exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASS|FAIL" "$out/p2prace.log" | head -6
     ;;
   collsan)
     stage collsan

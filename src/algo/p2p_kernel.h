@@ -5,8 +5,8 @@
 //
 // One executor block per (peer, direction, lane): a peer's connection is
 // split into `lanes` lane connections (own flags, an equal share of the
-// peer's FIFO), and a message of B bytes is cut into p2pLaneCount(B) parts,
-// part l on lane l. The cut depends on B and the communicator's lane
+// peer's FIFO and of its LL FIFO), and a message of B bytes is cut into
+// p2pParts(B) parts, part l on lane l. The cut depends on B and the communicator's lane
 // settings only, so both sides agree without talking, and each lane keeps
 // NCCL's in-order matching per peer. A block runs its lane's parts of its
 // (peer, direction)'s messages in call order; all blocks of the launch run
@@ -47,12 +47,14 @@ FERRY_HD inline uint32_t p2pLaneCount(uint64_t bytes, uint32_t lanes, uint64_t l
   return n <= 1 ? 1u : (n >= lanes ? lanes : static_cast<uint32_t>(n));
 }
 
-// Messages of at most llMaxBytes go whole over lane 0's LL connection (one
-// store per line publishes data and flag: no fence, no tail round trip);
-// larger ones are cut into lanes over the FIFO protocol.
+// Messages of at most llMaxBytes go over the lanes' LL connections (one
+// store per line publishes data and flag: no fence, no tail round trip), one
+// part per llLaneBytes; larger ones over the FIFO protocol, one part per
+// laneBytes.
 FERRY_HD inline uint32_t p2pParts(uint64_t bytes, uint32_t lanes, uint64_t laneBytes,
-                                  uint64_t llMaxBytes) {
-  return bytes <= llMaxBytes ? 1u : p2pLaneCount(bytes, lanes, laneBytes);
+                                  uint64_t llMaxBytes, uint64_t llLaneBytes) {
+  return bytes <= llMaxBytes ? p2pLaneCount(bytes, lanes, llLaneBytes)
+                             : p2pLaneCount(bytes, lanes, laneBytes);
 }
 
 // Part `lane` of a message cut into `parts`: [*begin, *begin + *len), 16-byte
@@ -89,13 +91,13 @@ struct P2pArgsT {
   int32_t nblocks;
   int32_t pos;  // for log lines
   uint32_t nslots;
-  uint32_t lanes;        // lane connections per peer (peerChannels[peer * lanes + lane])
-  uint64_t slotBytes;    // a lane connection's slot
-  uint64_t laneBytes;    // p2pLaneCount's unit
-  uint64_t llMaxBytes;   // p2pParts: messages up to this size use LL (0: none)
-  uint64_t llSlotBytes;  // lane 0's LL slot
-  uint32_t llSlots;      // lane 0's LL slot count
-  uint32_t reserved;
+  uint32_t lanes;             // lane connections per peer (peerChannels[peer * lanes + lane])
+  uint64_t slotBytes;         // a lane connection's slot
+  uint64_t laneBytes;         // p2pLaneCount's unit
+  uint64_t llMaxBytes;        // p2pParts: messages up to this size use LL (0: none)
+  uint64_t llSlotBytes;       // a lane's LL slot
+  uint32_t llSlots;           // a lane's LL slot count
+  uint32_t llLaneBytes;       // p2pParts' unit for LL messages
   RingChannel* peerChannels;  // by peer * lanes + lane, in the executor's memory
   const volatile uint32_t* abortFlag;
   uint64_t timeoutNs;
@@ -109,9 +111,9 @@ static_assert(std::is_trivially_copyable_v<P2pArgs> && sizeof(P2pArgs) <= 32000,
 static_assert(std::is_trivially_copyable_v<P2pArgsSmall> && sizeof(P2pArgsSmall) <= 1400,
               "the small variant exists to keep the argument small");
 
-// Runs block b: its lane's part of each task, in call order (lane 0 also
-// carries the LL messages, over its LL connection); stores back only its
-// own lane and direction's counters (the other direction and lanes belong
+// Runs block b: its lane's part of each task, in call order (LL messages
+// over the lane's LL connection, the others over its FIFO); stores back only
+// its own lane and direction's counters (the other direction and lanes belong
 // to other blocks of the same launch).
 template <class P, class Args>
 FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const Args& a, int b) {
@@ -126,15 +128,16 @@ FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const Args& a, int b) {
   for (int i = blk.begin; ok && i < blk.end; ++i) {
     const P2pTaskArg& t = a.tasks[i];
     auto* buf = static_cast<int8_t*>(t.buf);
-    if (t.bytes <= a.llMaxBytes) {
-      if (blk.lane == 0) ok = t.isSend ? ll.send(buf, t.bytes) : ll.recv(buf, t.bytes);
-      continue;
-    }
-    const uint32_t parts = p2pLaneCount(t.bytes, a.lanes, a.laneBytes);
+    const bool isLl = t.bytes <= a.llMaxBytes;
+    const uint32_t parts = p2pParts(t.bytes, a.lanes, a.laneBytes, a.llMaxBytes, a.llLaneBytes);
     if (blk.lane >= parts) continue;  // this message does not use the lane
     uint64_t begin = 0, len = 0;
     p2pLanePart(t.bytes, parts, blk.lane, &begin, &len);
-    ok = t.isSend ? prims.send(buf + begin, len) : prims.recv(buf + begin, len);
+    if (isLl) {
+      ok = t.isSend ? ll.send(buf + begin, len) : ll.recv(buf + begin, len);
+    } else {
+      ok = t.isSend ? prims.send(buf + begin, len) : prims.recv(buf + begin, len);
+    }
   }
   if (first.isSend) {
     ch.sendStep = prims.sendStep();

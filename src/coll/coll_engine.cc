@@ -42,8 +42,8 @@ std::string lowered(const std::string& text, size_t b, size_t e) {
 // appearance, in call order inside each, and how many lanes (blocks) each
 // pair needs (its largest message's part count). Refuses groups the large
 // argument table cannot hold.
-Status planP2p(const std::vector<P2pTask>& tasks, uint32_t lanes, uint64_t laneBytes,
-               uint64_t llMaxBytes, P2pPlan* plan) {
+Status planP2p(const std::vector<P2pTask>& tasks, const RingResources& ring, uint64_t llMaxBytes,
+               P2pPlan* plan) {
   for (const P2pTask& t : tasks) {
     if (t.bytes == 0) continue;  // moves nothing on either side
     int key = t.peer * 2 + (t.isSend ? 1 : 0);
@@ -54,7 +54,8 @@ Status planP2p(const std::vector<P2pTask>& tasks, uint32_t lanes, uint64_t laneB
       it = plan->pairs.end() - 1;
     }
     it->tasks.push_back(&t);
-    it->lanes = std::max(it->lanes, algo::p2pParts(t.bytes, lanes, laneBytes, llMaxBytes));
+    it->lanes = std::max(it->lanes, algo::p2pParts(t.bytes, ring.p2pLanes, ring.p2pLaneBytes,
+                                                   llMaxBytes, ring.p2pLlLaneBytes));
     ++plan->ntasks;
   }
   for (const P2pPlan::Pair& p : plan->pairs) plan->nblocks += static_cast<int>(p.lanes);
@@ -349,8 +350,9 @@ void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
   a->slotBytes = ring_.p2pLaneSlotBytes;
   a->laneBytes = ring_.p2pLaneBytes;
   a->llMaxBytes = p2pLlMaxBytes_;
-  a->llSlotBytes = ring_.llSlotBytes;
-  a->llSlots = ring_.nslots;
+  a->llSlotBytes = ring_.p2pLlSlotBytes;
+  a->llSlots = ring_.p2pLlSlots;
+  a->llLaneBytes = static_cast<uint32_t>(ring_.p2pLlLaneBytes);
   a->peerChannels = ring_.peerChannelArray();
   a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
   a->timeoutNs = static_cast<uint64_t>(p2pTimeoutNs_);
@@ -362,7 +364,7 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
     FERRY_FAIL(ncclInvalidUsage, "kernel point-to-point needs every rank on this host");
   }
   P2pPlan plan;
-  FERRY_CHECK(planP2p(tasks, ring_.p2pLanes, ring_.p2pLaneBytes, p2pLlMaxBytes_, &plan));
+  FERRY_CHECK(planP2p(tasks, ring_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
   if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;

@@ -86,6 +86,7 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   int64_t lanes = ctx.params->getInt(ParamId::P2pKernelLanes);
   int64_t laneBytes = ctx.params->getInt(ParamId::P2pKernelLaneBytes);
   int64_t laneSlots = ctx.params->getInt(ParamId::P2pKernelLaneSlots);
+  const int64_t llLaneBytes = ctx.params->getInt(ParamId::P2pLlLaneBytes);
   if (lanes == 0) lanes = cuda ? algo::kMaxKernelP2pLanes : 2;
   if (laneSlots == 0) laneSlots = res->nslots;
   if (lanes < 1 || lanes > algo::kMaxKernelP2pLanes || (lanes & (lanes - 1)) != 0) {
@@ -95,6 +96,10 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   if (laneBytes < 1024) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANE_BYTES=%ld: must be at least 1K",
                static_cast<long>(laneBytes));
+  }
+  if (llLaneBytes < 1024 || llLaneBytes > (1LL << 30)) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_LL_LANE_BYTES=%ld: must be in [1K, 1G]",
+               static_cast<long>(llLaneBytes));
   }
   if (laneSlots < 2 || laneSlots > 64 || laneSlots % 2 != 0) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANE_SLOTS=%ld: must be 0 or even, 2..64",
@@ -121,6 +126,12 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   res->p2pLaneBytes = static_cast<uint64_t>(laneBytes);
   res->p2pLaneSlots = static_cast<uint32_t>(laneSlots);
   res->p2pLaneSlotBytes = laneSlotBytes(lanes);
+  // LL: two slots per lane (a part of up to llLaneBytes fits one when the
+  // lane's share allows), whole 32-byte units (16 payload bytes).
+  const uint64_t peerLlFifo = static_cast<uint64_t>(res->nslots) * res->llSlotBytes;
+  res->p2pLlLaneBytes = static_cast<uint64_t>(llLaneBytes);
+  res->p2pLlSlots = 2;
+  res->p2pLlSlotBytes = peerLlFifo / static_cast<uint64_t>(lanes) / 2 / 32 * 32;
   return ncclSuccess;
 }
 
@@ -274,15 +285,15 @@ algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t l
   c.sendTail = line(theirs, me, 0);
   c.sendHead = line(own, q, 1);
   c.recvHead = line(theirs, me, 1);
-  if (lane == 0) {  // the LL connection (small messages)
-    auto llFifo = [&](char* base, int peer) {
-      return base + l.llFifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.llFifoBytes;
-    };
-    c.llRecvFifo = llFifo(own, q);
-    c.llSendFifo = llFifo(theirs, me);
-    c.llSendHead = line(own, q, 2);
-    c.llRecvHead = line(theirs, me, 2);
-  }
+  // The lane's LL connection (small messages).
+  auto llFifo = [&](char* base, int peer) {
+    return base + l.llFifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.llFifoBytes +
+           lane * (l.llFifoBytes / res.p2pLanes);
+  };
+  c.llRecvFifo = llFifo(own, q);
+  c.llSendFifo = llFifo(theirs, me);
+  c.llSendHead = line(own, q, 2);
+  c.llRecvHead = line(theirs, me, 2);
   return c;
 }
 

@@ -56,11 +56,15 @@ struct RingResources {
   uint64_t llSlotBytes = 0;
   // Kernel point-to-point lanes (algo/p2p_kernel.h): each peer connection is
   // split into p2pLanes lane connections, each p2pLaneSlots slots of
-  // p2pLaneSlotBytes in its 1/p2pLanes of the peer's FIFO.
+  // p2pLaneSlotBytes in its 1/p2pLanes of the peer's FIFO, and p2pLlSlots
+  // LL slots of p2pLlSlotBytes in its 1/p2pLanes of the peer's LL FIFO.
   uint32_t p2pLanes = 1;
   uint64_t p2pLaneBytes = 0;
   uint32_t p2pLaneSlots = 0;
   uint64_t p2pLaneSlotBytes = 0;
+  uint64_t p2pLlLaneBytes = 0;
+  uint32_t p2pLlSlots = 0;
+  uint64_t p2pLlSlotBytes = 0;
   bool shm = false;  // own region in host shared memory
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds
@@ -88,11 +92,10 @@ struct RingResources {
 
 // Offsets inside a region (the same on every rank). Flag lines: the ring
 // channels' connections, then the peer lane connections' (nchannels +
-// nranks x lanes), three lines each (tail, head, LL head: only ring channels
-// use the last; of the peer lanes, lane 0). Then the LL FIFOs (nslots x
-// llSlotBytes each) of the ring channels and of each peer's lane 0, then the
-// FIFOs (nslots x slotBytes) of the ring channels and of each peer (its
-// lanes share it, an equal slice each). The
+// nranks x lanes), three lines each (tail, head, LL head). Then the LL FIFOs
+// (nslots x llSlotBytes each) of the ring channels and of each peer, then
+// the FIFOs (nslots x slotBytes) of the ring channels and of each peer (a
+// peer's lanes share its LL FIFO and its FIFO, an equal slice of each). The
 // flags and LL FIFOs start zeroed (an LL line's flag must never match by
 // accident).
 constexpr uint64_t kRingFlagLine = 128;

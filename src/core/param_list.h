@@ -79,7 +79,10 @@
     "peer FIFO; 0: FERRY_COLL_SLOTS.")                                                            \
   X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "16K",                                         \
     "Kernel p2p messages of at most this many bytes use the LL protocol (data and flag in one "  \
-    "store, half the bandwidth) on one lane; 0: never.")                                          \
+    "store, half the bandwidth); 0: never.")                                                      \
+  X(P2pLlLaneBytes, "FERRY_P2P_LL_LANE_BYTES", Int, "8K",                                         \
+    "Kernel p2p LL: a message of B bytes is cut into min(lanes, B / this) parts, one thread "    \
+    "block each (1K..1G).")                                                                       \
   X(P2pLlThreshold, "NCCL_P2P_LL_THRESHOLD", Int, "16K",                                          \
     "NCCL's name for FERRY_P2P_LL_MAX_BYTES (used when that is not set).")                        \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \

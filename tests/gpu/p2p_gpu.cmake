@@ -41,5 +41,8 @@ set_tests_properties(gpu.p2p.swap.staged PROPERTIES ENVIRONMENT "FERRY_P2P_STAGE
 ferry_gpu_p2p_test(gpu.p2p.many.lanes many)
 set_tests_properties(gpu.p2p.many.lanes PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_LANE_BYTES=1K")
-# Every kernel-p2p message of the stress case over LL.
-ferry_gpu_p2p_test(gpu.p2p.stress.ll stress ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=64K)
+# Every kernel-p2p message of the stress case over LL, cut into 1-8 LL lane
+# parts (FERRY_P2P_LL_LANE_BYTES=1K).
+ferry_gpu_p2p_test(gpu.p2p.stress.ll stress)
+set_tests_properties(gpu.p2p.stress.ll PROPERTIES
+  ENVIRONMENT "FERRY_P2P_LL_MAX_BYTES=64K;FERRY_P2P_LL_LANE_BYTES=1K")

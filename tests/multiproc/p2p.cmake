@@ -38,9 +38,12 @@ foreach(n 3 8)
   set_tests_properties(p2p.alltoall.lanes.n${n} PROPERTIES
     ENVIRONMENT "NCCL_PASS_SM=0;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_KERNEL_LANE_BYTES=1K")
 endforeach()
-# Every kernel-p2p message of the stress case (<= 64 KiB) over LL, and LL
-# off (the FIFO protocol for small messages too).
-ferry_p2p_test(p2p.stress.ll.n3 3 stress ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=64K)
+# Every kernel-p2p message of the stress case (<= 64 KiB) over LL, cut into
+# 1-8 LL lane parts of 1 KiB or more (several LL slots each: 2 KiB slots);
+# then LL off (the FIFO protocol for small messages too).
+ferry_p2p_test(p2p.stress.ll.n3 3 stress)
+set_tests_properties(p2p.stress.ll.n3 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_LL_MAX_BYTES=64K;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_LL_LANE_BYTES=1K")
 ferry_p2p_test(p2p.many.nol.n2 2 many ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=0)
 ferry_p2p_test(p2p.many.simple.n2 2 many ENVIRONMENT NCCL_PROTO=Simple)
 ferry_p2p_test(p2p.many.ncclll.n2 2 many ENVIRONMENT NCCL_P2P_LL_THRESHOLD=2K)

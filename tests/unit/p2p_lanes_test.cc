@@ -33,10 +33,15 @@ TEST(P2pLanes, PartsTileTheMessage) {
   }
 }
 
-TEST(P2pLanes, SmallMessagesTakeOneLlPart) {
-  EXPECT_EQ(algo::p2pParts(16384, 8, 1024, 16384), 1u);
-  EXPECT_EQ(algo::p2pParts(16385, 8, 1024, 16384), 8u);
-  EXPECT_EQ(algo::p2pParts(4096, 8, 1024, 0), 4u);
+TEST(P2pLanes, LlMessagesAreCutByTheLlUnit) {
+  // (bytes, lanes, laneBytes, llMaxBytes, llLaneBytes)
+  EXPECT_EQ(algo::p2pParts(8192, 8, 1024, 16384, 8192), 1u);
+  EXPECT_EQ(algo::p2pParts(16384, 8, 1024, 16384, 8192), 2u);
+  EXPECT_EQ(algo::p2pParts(16384, 8, 1024, 16384, 65536), 1u);
+  EXPECT_EQ(algo::p2pParts(65536, 4, 1024, 65536, 4096), 4u);   // capped by the lanes
+  EXPECT_EQ(algo::p2pParts(16385, 8, 16384, 16384, 1024), 1u);  // FIFO unit past the LL limit
+  EXPECT_EQ(algo::p2pParts(16385, 8, 1024, 16384, 16384), 8u);
+  EXPECT_EQ(algo::p2pParts(4096, 8, 1024, 0, 4096), 4u);  // no LL
 }
 
 TEST(P2pLanes, KnownCuts) {
