@@ -251,11 +251,11 @@ for s in $stages; do
     done
     ;;
   lllanes)
-    # Kernel p2p LL cut into lanes: "LL limit / LL lane unit" configurations
+    # Kernel p2p LL cut into lanes: "LL limit:LL lane unit" configurations
     # against NCCL in the same run (LLLANES_CFGS overrides the list).
     stage lllanes
-    for v in ${LLLANES_CFGS:-"16K 8K" "64K 8K" "64K 4K"}; do
-      set -- $v
+    for v in ${LLLANES_CFGS:-16K:8K 64K:8K 64K:4K}; do
+      set -- ${v%%:*} ${v#*:}
       echo "--- FERRY_P2P_LL_MAX_BYTES=$1 FERRY_P2P_LL_LANE_BYTES=$2"
       FERRY_P2P_LL_MAX_BYTES=$1 FERRY_P2P_LL_LANE_BYTES=$2 timeout 60 $run --timeout 55 \
         $b/bench/ferry-bench sendrecv,alltoall -b 1K -e 128K -f 2 -w 20 -n 30 --inplace no \
