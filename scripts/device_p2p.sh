@@ -258,7 +258,7 @@ for s in $stages; do
       set -- ${v%%:*} ${v#*:}
       echo "--- FERRY_P2P_LL_MAX_BYTES=$1 FERRY_P2P_LL_LANE_BYTES=$2"
       FERRY_P2P_LL_MAX_BYTES=$1 FERRY_P2P_LL_LANE_BYTES=$2 timeout 60 $run --timeout 55 \
-        $b/bench/ferry-bench sendrecv,alltoall -b 1K -e 128K -f 2 -w 20 -n 30 --inplace no \
+        $b/bench/ferry-bench sendrecv,alltoall -b ${LLLANES_B:-1K} -e ${LLLANES_E:-128K} -f 2 -w 20 -n 30 --inplace no \
         --lib $b/libnccl.so.2 --compare "$nccl" >"$out/lllanes-$1-$2.txt" 2>&1
       echo "exit $?"; grep -E "^\[0\] +[0-9]|wrong" "$out/lllanes-$1-$2.txt" | cut -c1-160
     done
