@@ -77,14 +77,14 @@
   X(P2pKernelLaneSlots, "FERRY_P2P_KERNEL_LANE_SLOTS", Int, "2",                                  \
     "Kernel p2p: FIFO slots per lane (even, 2..64), cut from the lane's 1/lanes share of the "    \
     "peer FIFO; 0: FERRY_COLL_SLOTS.")                                                            \
-  X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "16K",                                         \
+  X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "128K",                                        \
     "Kernel p2p messages of at most this many bytes use the LL protocol (data and flag in one "  \
     "store, half the bandwidth); 0: never.")                                                      \
   X(P2pLlLaneBytes, "FERRY_P2P_LL_LANE_BYTES", Int, "8K",                                         \
     "Kernel p2p LL: a message of B bytes is cut into min(lanes, B / this) parts, one thread "    \
     "block each (1K..1G).")                                                                       \
   X(P2pLlThreshold, "NCCL_P2P_LL_THRESHOLD", Int, "16K",                                          \
-    "NCCL's name for FERRY_P2P_LL_MAX_BYTES (used when that is not set).")                        \
+    "NCCL's name for FERRY_P2P_LL_MAX_BYTES: sets the limit when set and that is not.")           \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
     "Ring channels per communicator for collective kernels (one thread block each); 0: 64 on "  \
     "CUDA, 2 on the host runtime.")                                                               \
