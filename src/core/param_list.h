@@ -48,6 +48,9 @@
   X(P2pSlots, "FERRY_P2P_SLOTS", Int, "8", "FIFO slots per SM-free connection (2..64).")          \
   X(P2pZeroCopy, "FERRY_P2P_ZERO_COPY", Int, "1",                                                  \
     "1: write straight into the receiver's buffer when it can be mapped (one copy per byte).")    \
+  X(P2pSelfCopy, "FERRY_P2P_SELF_COPY", Int, "1",                                                 \
+    "1: a group's sends to self and receives from self (e.g. all-to-all's own block) become one " \
+    "stream-ordered copy each when they pair up one to one; 0: through the proxy like any peer.") \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
     "(a one-thread spin kernel), auto (kernel on CUDA: memop waits block other streams' kernels on H200).")     \

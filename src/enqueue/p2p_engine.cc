@@ -20,6 +20,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->myRank_ = ctx.topology->myRank;
   e->device_ = ctx.device;
   e->zeroCopy_ = ctx.params->getInt(ParamId::P2pZeroCopy) != 0;
+  e->selfCopy_ = ctx.params->getInt(ParamId::P2pSelfCopy) != 0;
   const std::string& wait = ctx.params->getString(ParamId::UserWait);
   if (wait == "kernel") {
     e->spinWait_ = true;
@@ -58,6 +59,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   // stream waits (the hazard above).
   FERRY_CHECK(ctx.runtime->preloadKernels());
   FERRY_CHECK(setupP2p(ctx, &e->state_));
+  e->readyWriters_.resize(e->state_.recv.size());
   FERRY_INFO(kLogP2p | kLogInit, "SM-free p2p ready: user streams wait with %s%s",
              e->spinWait_ ? "a one-thread spin kernel" : "stream memory operations (zero SMs)",
              e->zeroCopy_ ? ", zero-copy when the receive buffer can be mapped" : "");
@@ -146,7 +148,21 @@ Status P2pEngine::makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op)
   if (op->mode != RdvMode::Fifo) {
     // Stream write: the sender may overwrite the buffer once the user's
     // stream has reached this point (all earlier work on it is complete).
+    // recvReady must only grow: if the previous write came from another
+    // stream, this one waits for it first (two streams' writes would
+    // otherwise land in either order, and a smaller value landing last
+    // would hold the sender back forever). NCCL's in-order matching makes
+    // this receive wait for the earlier one anyway, so no new cycle.
+    ReadyWriter& last = readyWriters_[task.peer];
+    if (last.event && last.stream != stream.nativeHandle()) {
+      FERRY_CHECK(stream.waitEvent(*last.event));
+    }
     FERRY_CHECK(stream.writeValue64(c.ctrl.dev(c.ctrl.ctrl->recvReady), op->seq + 1));
+    std::shared_ptr<rt::Event> written;
+    FERRY_CHECK(newEvent(&written));
+    FERRY_CHECK(written->record(stream));
+    last.event = std::move(written);
+    last.stream = stream.nativeHandle();
   }
   return ncclSuccess;
 }
@@ -221,12 +237,122 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   int callerDevice = -1;
   FERRY_CHECK(runtime_->currentDevice(&callerDevice));
   FERRY_CHECK(runtime_->setDevice(device_));
-  Status s = launchOnDevice(tasks);
+  std::vector<SelfPair> pairs;
+  Status s = selfPairs(tasks, &pairs);
+  if (s == ncclSuccess && pairs.empty()) {
+    s = launchOnDevice(tasks, nullptr);
+  } else if (s == ncclSuccess) {
+    std::vector<bool> copied(tasks.size(), false);
+    for (const SelfPair& p : pairs) copied[p.first] = copied[p.second] = true;
+    std::vector<P2pTask> rest;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (!copied[i]) rest.push_back(tasks[i]);
+    }
+    // The copies go after the other operations' start events, so the peers'
+    // transfers overlap them, and before the streams' waits for those
+    // transfers.
+    auto copies = [&]() { return copySelfPairs(tasks, pairs); };
+    s = rest.empty() ? copies() : launchOnDevice(rest, copies);
+  }
   Status restored = runtime_->setDevice(callerDevice);
   return s != ncclSuccess ? s : restored;
 }
 
-Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
+namespace {
+
+bool overlap(const P2pTask& a, const P2pTask& b) {
+  auto x = reinterpret_cast<uintptr_t>(a.buffer);
+  auto y = reinterpret_cast<uintptr_t>(b.buffer);
+  return a.bytes > 0 && b.bytes > 0 && x < y + b.bytes && y < x + a.bytes;
+}
+
+// Whether pair (send s, receive r) may run as a copy beside the group's other
+// tasks: its destination touches no other buffer of the group, and its
+// source no buffer that another task writes (as the proxy path would, a
+// pair whose two buffers are the same range copies nothing).
+bool pairStandsAlone(const std::vector<P2pTask>& tasks, size_t s, size_t r) {
+  if (overlap(tasks[s], tasks[r]) && tasks[s].buffer != tasks[r].buffer) return false;
+  for (size_t j = 0; j < tasks.size(); ++j) {
+    if (j == s || j == r) continue;
+    if (overlap(tasks[r], tasks[j])) return false;
+    if (!tasks[j].isSend && overlap(tasks[s], tasks[j])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// All of the group's self operations become copies, or none: the self
+// connection's in-order matching then stays what it would have been. Taken
+// only when nothing earlier is unmatched there (equal sequence counters), the
+// k-th self send and k-th self receive have equal sizes, no pair touches
+// another task's buffers, and the copies never block this thread.
+Status P2pEngine::selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs) {
+  pairs->clear();
+  if (!selfCopy_) return ncclSuccess;
+  std::vector<size_t> sends, recvs;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].peer == myRank_) (tasks[i].isSend ? sends : recvs).push_back(i);
+  }
+  if (sends.empty() || sends.size() != recvs.size()) return ncclSuccess;
+  const SendConnection* sc = state_.send[myRank_].get();
+  const RecvConnection* rc = state_.recv[myRank_].get();
+  if (sc != nullptr && rc != nullptr && sc->nextSeq != rc->nextSeq) return ncclSuccess;
+  std::vector<SelfPair> found;
+  for (size_t k = 0; k < sends.size(); ++k) {
+    const P2pTask& snd = tasks[sends[k]];
+    const P2pTask& rcv = tasks[recvs[k]];
+    if (snd.bytes != rcv.bytes || !pairStandsAlone(tasks, sends[k], recvs[k])) {
+      return ncclSuccess;
+    }
+    bool async = true;
+    if (snd.bytes > 0) FERRY_CHECK(runtime_->copyIsAsync(rcv.buffer, snd.buffer, &async));
+    if (!async) return ncclSuccess;
+    found.emplace_back(sends[k], recvs[k]);
+  }
+  *pairs = std::move(found);
+  return ncclSuccess;
+}
+
+// Each pair: the receive's stream waits for the send's stream to reach this
+// point (its data is written), copies, and the send's stream waits for the
+// copy (its buffer may be reused afterwards). Events only: no proxy, no
+// control word, nothing that waits for a peer.
+Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
+                                const std::vector<SelfPair>& pairs) {
+  std::vector<void*> handles;
+  std::vector<std::unique_ptr<rt::Stream>> streams;
+  for (const SelfPair& p : pairs) {
+    const P2pTask& snd = tasks[p.first];
+    const P2pTask& rcv = tasks[p.second];
+    size_t si = 0, ri = 0;
+    FERRY_CHECK(streamFor(snd.stream, handles, streams, &si));
+    FERRY_CHECK(streamFor(rcv.stream, handles, streams, &ri));
+    if (si != ri) {
+      std::shared_ptr<rt::Event> sent;
+      FERRY_CHECK(newEvent(&sent));
+      FERRY_CHECK(sent->record(*streams[si]));
+      FERRY_CHECK(streams[ri]->waitEvent(*sent));
+    }
+    if (rcv.bytes > 0 && rcv.buffer != snd.buffer) {
+      FERRY_CHECK(streams[ri]->copyAsync(rcv.buffer, snd.buffer, rcv.bytes));
+    }
+    if (si != ri) {
+      std::shared_ptr<rt::Event> copied;
+      FERRY_CHECK(newEvent(&copied));
+      FERRY_CHECK(copied->record(*streams[ri]));
+      FERRY_CHECK(streams[si]->waitEvent(*copied));
+    }
+    countTask(snd);
+    countTask(rcv);
+  }
+  FERRY_TRACE(kLogP2p, "self: %zu send/receive pairs copied on the receives' streams",
+              pairs.size());
+  return ncclSuccess;
+}
+
+Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks,
+                                 const std::function<Status()>& afterPost) {
   std::vector<void*> handles;
   std::vector<std::unique_ptr<rt::Stream>> streams;
   std::vector<std::shared_ptr<rt::Event>> ready;
@@ -290,6 +416,7 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks) {
     posted.push_back(op.release());
   }
   proxy_->post(std::move(posted));
+  if (afterPost) FERRY_CHECK(afterPost());
   // Each user stream waits for its own operations' completion words.
   for (size_t i = 0; i < tasks.size(); ++i) {
     const P2pTask& t = tasks[i];
@@ -373,14 +500,17 @@ Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
 }
 
 void P2pEngine::countKernelTasks(const std::vector<P2pTask>& tasks) {
-  for (const P2pTask& t : tasks) {
-    if (t.peer < 0 || t.peer >= static_cast<int>(state_.send.size())) continue;
-    ConnectionBase* c = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
-                                 : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
-    if (c == nullptr) continue;
-    c->counters.ops.fetch_add(1, std::memory_order_relaxed);
-    c->counters.bytes.fetch_add(t.bytes, std::memory_order_relaxed);
-  }
+  for (const P2pTask& t : tasks) countTask(t);
+}
+
+void P2pEngine::countTask(const P2pTask& t) {
+  if (t.peer < 0 || t.peer >= static_cast<int>(state_.send.size())) return;
+  ConnectionBase* c = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
+                               : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
+  if (c == nullptr) return;
+  // relaxed: statistics, read without ordering by peerStats/describeCounters.
+  c->counters.ops.fetch_add(1, std::memory_order_relaxed);
+  c->counters.bytes.fetch_add(t.bytes, std::memory_order_relaxed);
 }
 
 void P2pEngine::peerStats(int peer, uint64_t out[5]) const {

@@ -5,6 +5,10 @@
 //           stream waits on it (a GPU-side dependency, no host polling)
 //           before touching the user's buffer. Zero-copy receives also
 //           write recvReady from the user stream (a stream memory op).
+//   self:   a group's sends to self and receives from self that pair up one
+//           to one (equal sizes, in call order, nothing earlier unmatched)
+//           skip all of this: each pair is one copy on the receive's stream,
+//           ordered against the send's stream by events (FERRY_P2P_SELF_COPY).
 //   finish: the user stream waits until the connection's completion word
 //           (sendDone / zcDone / fifoDone) reaches the operation's count.
 //           With cuStreamWaitValue64 (zero SMs) when modules load eagerly;
@@ -19,9 +23,11 @@
 // destruction; after it no operation of this engine remains anywhere.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/params.h"
@@ -69,7 +75,15 @@ class P2pEngine {
   [[nodiscard]] Status userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word,
                                 uint64_t value);
   [[nodiscard]] Status newEvent(std::shared_ptr<rt::Event>* out);
-  [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks);
+  // Enqueues `tasks` through the proxy; afterPost (if any) runs once they are
+  // posted, before the user streams' waits for them.
+  [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks,
+                                      const std::function<Status()>& afterPost);
+  using SelfPair = std::pair<size_t, size_t>;  // (send, receive) indices of a group
+  [[nodiscard]] Status selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs);
+  [[nodiscard]] Status copySelfPairs(const std::vector<P2pTask>& tasks,
+                                     const std::vector<SelfPair>& pairs);
+  void countTask(const P2pTask& t);
   [[nodiscard]] Status makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op);
   [[nodiscard]] Status takeStaging(const std::vector<P2pTask>& tasks, std::vector<void*>* staged);
   static bool receivesOverlapStaged(const std::vector<P2pTask>& tasks,
@@ -91,6 +105,7 @@ class P2pEngine {
   bool spinWait_ = false;
   bool streamWaitsPeer_ = false;
   bool zeroCopy_ = true;
+  bool selfCopy_ = true;     // FERRY_P2P_SELF_COPY
   bool stageSends_ = false;  // see staging.h
   uint64_t stagePiece_ = 0;  // FERRY_P2P_STAGE_PIECE_BYTES
   int64_t opTimeoutNs_ = 0;  // FERRY_P2P_TIMEOUT
@@ -103,6 +118,13 @@ class P2pEngine {
   // on our control words: the words (and their host registration) must stay
   // mapped until every such wait has executed, even after an abort.
   std::vector<std::shared_ptr<rt::Event>> fences_;
+  // Per peer: the last recvReady write (an event after it, and its stream),
+  // so writes from different user streams land in order (makeRecvOp).
+  struct ReadyWriter {
+    std::shared_ptr<rt::Event> event;
+    void* stream = nullptr;
+  };
+  std::vector<ReadyWriter> readyWriters_;
   [[nodiscard]] bool waitFences(int64_t timeoutMs);
 };
 

@@ -298,6 +298,10 @@ class Runtime {
   // page-locked host memory; pageable host memory is refused because an
   // asynchronous copy from it may block the proxy thread). Host runtime: any.
   [[nodiscard]] virtual Status checkUserBuffer(const void* ptr, size_t bytes, bool* ok) = 0;
+  // Whether a copyAsync between these two user buffers is queued without
+  // blocking the calling thread (CUDA: both in device memory; a host-to-host
+  // copy waits for the stream's earlier work). Host runtime: always.
+  [[nodiscard]] virtual Status copyIsAsync(const void* dst, const void* src, bool* out) = 0;
   // Whether the user stream `handle` is being captured into a CUDA graph
   // (host runtime: never).
   [[nodiscard]] virtual Status isCapturing(void* handle, bool* out) = 0;

@@ -14,7 +14,10 @@
 //             It may do so only while k < rdvConsumed + kRdvSlots.
 //   R stream: (zero-copy only) recvReady = k+1 when R's user stream reaches
 //             the recv (stream write: everything before it on R's stream is
-//             complete, so S may now overwrite the receive buffer).
+//             complete, so S may now overwrite the receive buffer). Receives
+//             may sit on different user streams: a write from another stream
+//             than the previous write's first waits (event) for that one, so
+//             the word never moves backwards (P2pEngine::makeRecvOp).
 //   S proxy:  waits recvPosted > k (acquire), reads rdv, rdvConsumed = k+1
 //             (CPU store, release: the rdv slot may be reused).
 //   zero-copy: S stream copies sendbuff -> R's buffer, then writes

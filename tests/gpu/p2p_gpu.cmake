@@ -14,6 +14,15 @@ ferry_gpu_p2p_test(gpu.p2p.alltoall.eager alltoall ENVIRONMENT "CUDA_MODULE_LOAD
 foreach(case alltoall unbatched mixes stress large)
   ferry_gpu_p2p_test(gpu.p2p.${case}.kernel ${case} ENVIRONMENT NCCL_PASS_SM=0)
 endforeach()
+# Self pairs copied directly (staged sends under lazy loading, not staged
+# when eager), and through the proxy; all SM-free.
+ferry_gpu_p2p_test(gpu.p2p.self self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_gpu_p2p_test(gpu.p2p.self.eager self)
+set_tests_properties(gpu.p2p.self.eager PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;CUDA_MODULE_LOADING=EAGER")
+ferry_gpu_p2p_test(gpu.p2p.self.noselfcopy self)
+set_tests_properties(gpu.p2p.self.noselfcopy PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;CUDA_MODULE_LOADING=EAGER;FERRY_P2P_SELF_COPY=0")
 
 if(FERRY_CUDA)
   add_executable(gpu_p2p_lazy ${CMAKE_CURRENT_SOURCE_DIR}/gpu/p2p_lazy.cu)

@@ -71,6 +71,15 @@ ferry_p2p_test(p2p.stress.staged.n3 3 stress)
 set_tests_properties(p2p.stress.staged.n3 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.swap.staged.n2 2 swap)
+# Sends to self paired with receives from self in one group: one direct copy
+# each (and through the proxy with FERRY_P2P_SELF_COPY=0, or staged).
+ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_p2p_test(p2p.self.noselfcopy.n2 2 self)
+set_tests_properties(p2p.self.noselfcopy.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=0")
+ferry_p2p_test(p2p.self.staged.n2 2 self)
+set_tests_properties(p2p.self.staged.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
 set_tests_properties(p2p.swap.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.ktimeout.n2 2 ktimeout)

@@ -314,6 +314,90 @@ void caseSwap(World& w) {
   }
 }
 
+// Sends to self and receives from self (SM-free: run with
+// FERRY_P2P_KERNEL_MAX_BYTES=0). A group whose self operations pair up one
+// to one is copied directly (FERRY_P2P_SELF_COPY, default on), which the
+// self connection's zero-copy counter shows by not moving; every other
+// arrangement goes through the proxy and must keep in-order matching across
+// groups.
+uint64_t selfZeroCopyOps(World& w) {
+  ncclFerryPeerStats_t st{};
+  EXPECT_OK(ncclFerryCommPeerStats(w.comm, w.rank, &st));
+  return st.sendZeroCopyOps;
+}
+
+void caseSelf(World& w) {
+  const char* knob = getenv("FERRY_P2P_SELF_COPY");
+  const bool selfCopy = knob == nullptr || strcmp(knob, "0") != 0;
+  const int me = w.rank, next = (w.rank + 1) % w.nranks, prev = (w.rank + w.nranks - 1) % w.nranks;
+  cudaStream_t other = nullptr;
+  EXPECT_OK(ncclFerryStreamCreate(&other));
+  for (int iter = 0; iter < 8; ++iter) {
+    const size_t a = (size_t{257} << 10) + 13 * static_cast<size_t>(iter), b = a + 4097;
+    const uint64_t r = 800 + static_cast<uint64_t>(iter) * 8;
+    // 1. Pairs on two streams beside peer traffic, plus an in-place pair.
+    Message s1(w, r, me, me, a, BufferKind::Plain), d1(w, r, me, me, a, BufferKind::Plain);
+    Message s2(w, r + 1, me, me, b, BufferKind::Plain), d2(w, r + 1, me, me, b, BufferKind::Plain);
+    Message inPlace(w, r + 2, me, me, a, BufferKind::Plain);
+    Message out(w, r + 3, me, next, b, BufferKind::Plain),
+        in(w, r + 3, prev, me, b, BufferKind::Plain);
+    // Two zero-copy receives from one peer on two streams: their recvReady
+    // writes must land in order (the second on the other stream).
+    Message outZ(w, r + 6, me, next, a, BufferKind::Mapped),
+        inZ(w, r + 6, prev, me, a, BufferKind::Mapped);
+    Message outZ2(w, r + 7, me, next, a, BufferKind::Mapped),
+        inZ2(w, r + 7, prev, me, a, BufferKind::Mapped);
+    for (Message* m : {&s1, &s2, &inPlace, &out, &outZ, &outZ2}) m->fillAsSender();
+    for (Message* m : {&d1, &d2, &in, &inZ, &inZ2}) m->poison();
+    uint64_t zc = selfZeroCopyOps(w);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(s1.buf.data(), a, ncclInt8, me, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(d1.buf.data(), a, ncclInt8, me, w.comm, other));
+    EXPECT_OK(ncclSend(out.buf.data(), b, ncclInt8, next, w.comm, w.stream));
+    EXPECT_OK(ncclSend(s2.buf.data(), b, ncclInt8, me, w.comm, other));
+    EXPECT_OK(ncclRecv(in.buf.data(), b, ncclInt8, prev, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(d2.buf.data(), b, ncclInt8, me, w.comm, w.stream));
+    EXPECT_OK(ncclSend(inPlace.buf.data(), a, ncclInt8, me, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(inPlace.buf.data(), a, ncclInt8, me, w.comm, w.stream));
+    EXPECT_OK(ncclSend(outZ.buf.data(), a, ncclInt8, next, w.comm, w.stream));
+    EXPECT_OK(ncclSend(outZ2.buf.data(), a, ncclInt8, next, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(inZ.buf.data(), a, ncclInt8, prev, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(inZ2.buf.data(), a, ncclInt8, prev, w.comm, other));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(other));
+    for (Message* m : {&d1, &d2, &inPlace, &in, &inZ, &inZ2}) m->verify("self pairs");
+    uint64_t proxied = selfZeroCopyOps(w) - zc;
+    EXPECT_TRUE(proxied == (selfCopy ? 0u : 3u), "paired self sends: %llu through the proxy",
+                static_cast<unsigned long long>(proxied));
+    // 2. Split over groups: the receive of the second group must get the
+    // first group's send (in order), so no group may be copied directly.
+    // x and gy sit on the other stream: an unstaged send holds its stream
+    // until received (as a send kernel would), so one stream would deadlock.
+    Message x(w, r + 4, me, me, a, BufferKind::Plain), y(w, r + 5, me, me, a, BufferKind::Plain);
+    Message gx(w, r + 4, me, me, a, BufferKind::Plain), gy(w, r + 5, me, me, a, BufferKind::Plain);
+    x.fillAsSender();
+    y.fillAsSender();
+    gx.poison();
+    gy.poison();
+    zc = selfZeroCopyOps(w);
+    EXPECT_OK(ncclSend(x.buf.data(), a, ncclInt8, me, w.comm, other));
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(y.buf.data(), a, ncclInt8, me, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(gx.buf.data(), a, ncclInt8, me, w.comm, w.stream));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclRecv(gy.buf.data(), a, ncclInt8, me, w.comm, other));
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(other));
+    gx.verify("self across groups (first)");
+    gy.verify("self across groups (second)");
+    proxied = selfZeroCopyOps(w) - zc;
+    EXPECT_TRUE(proxied == 2u, "self sends across groups: %llu through the proxy",
+                static_cast<unsigned long long>(proxied));
+  }
+  EXPECT_OK(ncclFerryStreamDestroy(other));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -329,6 +413,7 @@ int main(int argc, char** argv) {
       {"swap", caseSwap},
       {"many", caseMany},
       {"ktimeout", caseKernelTimeout},
+      {"self", caseSelf},
   };
   return runCase(argc, argv, cases);
 }

@@ -347,6 +347,18 @@ class CudaRuntime final : public Runtime {
     (void)bytes;
     return ncclSuccess;
   }
+  Status copyIsAsync(const void* dst, const void* src, bool* out) override {
+    auto onDevice = [](const void* p) {
+      cudaPointerAttributes attr{};
+      if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      return attr.type == cudaMemoryTypeDevice;
+    };
+    *out = onDevice(dst) && onDevice(src);
+    return ncclSuccess;
+  }
   Status isCapturing(void* handle, bool* out) override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     FERRY_CUDA_TRY(cudaStreamIsCapturing(static_cast<cudaStream_t>(handle), &status));

@@ -165,6 +165,10 @@ class HostRuntime final : public Runtime {
     *ok = true;
     return ncclSuccess;
   }
+  Status copyIsAsync(const void*, const void*, bool* out) override {
+    *out = true;  // host streams copy on their own thread
+    return ncclSuccess;
+  }
   Status isCapturing(void*, bool* out) override {
     *out = false;
     return ncclSuccess;
