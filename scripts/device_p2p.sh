@@ -165,9 +165,10 @@ for s in $stages; do
   pieces)
     # Staging piece size under lazy loading (1G = one piece, no pipelining).
     stage pieces
-    for p in 1G 4M 16M; do
+    for p in ${PIECES:-1G 4M 16M}; do
       echo "--- LAZY FERRY_P2P_STAGE_PIECE_BYTES=$p"
-      CUDA_MODULE_LOADING=LAZY FERRY_P2P_STAGE_PIECE_BYTES=$p ferryOnly sendrecv -b 1M -e 256M -f 4 -w 3 -n 10
+      CUDA_MODULE_LOADING=LAZY FERRY_P2P_STAGE_PIECE_BYTES=$p ferryOnly ${PIECES_OPS:-sendrecv} \
+        -b ${PIECES_B:-1M} -e ${PIECES_E:-256M} -f ${PIECES_F:-4} -w ${PIECES_W:-3} -n ${PIECES_N:-10}
     done
     ;;
   nostage)
