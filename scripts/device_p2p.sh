@@ -398,9 +398,9 @@ for s in $stages; do
     ;;
   bench)
     stage bench
-    for mode in LAZY EAGER; do
+    for mode in ${BENCH_MODES:-LAZY EAGER}; do
       CUDA_MODULE_LOADING=$mode timeout 200 $run --timeout 190 $b/bench/ferry-bench sendrecv,alltoall \
-        -b 8 -e 4G -f 8 -w 5 -n 20 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+        -b ${BENCH_B:-8} -e ${BENCH_E:-4G} -f ${BENCH_F:-8} -w ${BENCH_W:-5} -n ${BENCH_N:-20} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
         --json "$out/bench-$mode.json" >"$out/bench-$mode.txt" 2>&1
       echo "bench $mode exit $?"; grep -v "^\[1\]" "$out/bench-$mode.txt" | tail -40
     done
