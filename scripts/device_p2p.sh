@@ -264,6 +264,24 @@ for s in $stages; do
       echo "exit $?"; grep -E "^\[0\] +[0-9]|wrong" "$out/lllanes-$1-$2.txt" | cut -c1-160
     done
     ;;
+  nsys)
+    # Where a staged 16 MiB sendrecv spends its time: nsys GPU trace of rank
+    # 0's memcpys (start, duration, stream, size) over a few iterations.
+    stage nsys
+    ns=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+    echo "nsys: ${ns:-none}"; [ -z "$ns" ] && continue
+    CUDA_MODULE_LOADING=LAZY timeout 120 $run --timeout 110 $ns profile -t cuda -o "$out/nsys-%q{FERRY_RANK}-%p" \
+      --force-overwrite true $b/bench/ferry-bench sendrecv -b ${NSYS_SIZE:-16M} -e ${NSYS_SIZE:-16M} -w 3 -n 5 \
+      --inplace no --lib $b/libnccl.so.2 >"$out/nsys-run.log" 2>&1
+    echo "nsys run exit $?"; tail -3 "$out/nsys-run.log"
+    for f in "$out"/nsys-*.nsys-rep; do
+      $ns stats -q -r cuda_gpu_trace -f csv -o "${f%.nsys-rep}" "$f" >/dev/null 2>&1
+    done
+    ls "$out" | head
+    for f in "$out"/nsys-*cuda_gpu_trace.csv; do
+      echo "--- $f"; grep -iE "memcpy|memset|Kernel|wait" "$f" | tail -40 | cut -c1-200
+    done
+    ;;
   firstuse)
     # How long kernel p2p's first iterations stay slow: one size, few warm-ups.
     stage firstuse
