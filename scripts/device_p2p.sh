@@ -282,6 +282,13 @@ for s in $stages; do
       echo "--- $f"; grep -iE "memcpy|memset|Kernel|wait" "$f" | tail -40 | cut -c1-200
     done
     ;;
+  copyov)
+    # Local vs peer copies side by side (bench/copy_overlap.cu).
+    stage copyov
+    for sz in ${COPYOV_SIZES:-16777216 134217728}; do
+      timeout 60 $b/bench/ferry-copy-overlap $sz ${COPYOV_ITERS:-20}
+    done
+    ;;
   firstuse)
     # How long kernel p2p's first iterations stay slow: one size, few warm-ups.
     stage firstuse
