@@ -60,7 +60,7 @@
   X(P2pStageSends, "FERRY_P2P_STAGE_SENDS", String, "auto",                                        \
     "1: a send first copies its payload to a staging buffer on its own stream and never waits "  \
     "for the receiver; 0: never; auto: on CUDA under lazy module loading (deadlock-free there).") \
-  X(P2pStagePieceBytes, "FERRY_P2P_STAGE_PIECE_BYTES", Int, "4M",                                 \
+  X(P2pStagePieceBytes, "FERRY_P2P_STAGE_PIECE_BYTES", Int, "32M",                                \
     "Staged sends copy their payload in pieces of at least this size (at most 8 pieces); the "   \
     "transfer of a piece starts as soon as it is staged.")                                       \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "200",                                                \
