@@ -131,7 +131,7 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   const uint64_t peerLlFifo = static_cast<uint64_t>(res->nslots) * res->llSlotBytes;
   res->p2pLlLaneBytes = static_cast<uint64_t>(llLaneBytes);
   res->p2pLlSlots = 2;
-  res->p2pLlSlotBytes = peerLlFifo / static_cast<uint64_t>(lanes) / 2 / 32 * 32;
+  res->p2pLlSlotBytes = p2pLlLaneShare(peerLlFifo, res->p2pLanes) / 2 / 32 * 32;
   return ncclSuccess;
 }
 
@@ -288,7 +288,7 @@ algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t l
   // The lane's LL connection (small messages).
   auto llFifo = [&](char* base, int peer) {
     return base + l.llFifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.llFifoBytes +
-           lane * (l.llFifoBytes / res.p2pLanes);
+           lane * p2pLlLaneShare(l.llFifoBytes, res.p2pLanes);
   };
   c.llRecvFifo = llFifo(own, q);
   c.llSendFifo = llFifo(theirs, me);
@@ -329,6 +329,10 @@ Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRa
 }
 
 }  // namespace
+
+uint64_t p2pLlLaneShare(uint64_t peerLlFifoBytes, uint32_t lanes) {
+  return peerLlFifoBytes / lanes / 32 * 32;
+}
 
 RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uint32_t nslots,
                                   uint64_t slotBytes, uint64_t llSlotBytes) {

@@ -106,6 +106,10 @@ struct RingRegionLayout {
   uint64_t llFifoBytes = 0;
   uint64_t fifoBytes = 0;
 };
+// Bytes of a peer's LL FIFO that each of its `lanes` lanes gets: an equal
+// share, rounded down to whole 32-byte units so that every lane's LL lines
+// start 16-byte aligned whatever the slot knobs (1/lanes alone may not be).
+uint64_t p2pLlLaneShare(uint64_t peerLlFifoBytes, uint32_t lanes);
 RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uint32_t nslots,
                                   uint64_t slotBytes, uint64_t llSlotBytes);
 

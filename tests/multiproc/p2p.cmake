@@ -45,6 +45,11 @@ ferry_p2p_test(p2p.stress.ll.n3 3 stress)
 set_tests_properties(p2p.stress.ll.n3 PROPERTIES ENVIRONMENT
   "FERRY_P2P_LL_MAX_BYTES=64K;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_LL_LANE_BYTES=1K")
 ferry_p2p_test(p2p.many.nol.n2 2 many ENVIRONMENT FERRY_P2P_LL_MAX_BYTES=0)
+# An LL FIFO that 8 lanes cannot split evenly (2 x 1056 bytes): 128-byte LL
+# slots, lane shares rounded to 32 bytes (ring_setup.h p2pLlLaneShare).
+ferry_p2p_test(p2p.many.lloddfifo.n2 2 many)
+set_tests_properties(p2p.many.lloddfifo.n2 PROPERTIES ENVIRONMENT
+  "FERRY_COLL_LL_SLOT_BYTES=1056;FERRY_COLL_SLOTS=2;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_LL_LANE_BYTES=1K")
 ferry_p2p_test(p2p.many.simple.n2 2 many ENVIRONMENT NCCL_PROTO=Simple)
 ferry_p2p_test(p2p.many.ncclll.n2 2 many ENVIRONMENT NCCL_P2P_LL_THRESHOLD=2K)
 # Two big slots per lane instead of many small ones.

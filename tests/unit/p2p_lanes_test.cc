@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "algo/p2p_kernel.h"
+#include "coll/ring_setup.h"
 #include "common/random.h"
 
 namespace ferry {
@@ -58,3 +59,21 @@ TEST(P2pLanes, KnownCuts) {
 
 }  // namespace
 }  // namespace ferry
+
+// Every lane's LL FIFO must start 16-byte aligned and stay inside the peer's
+// LL FIFO, whatever the slot knobs: 2 slots of 1056 bytes split 8 ways would
+// start lane 1 at byte 264 without rounding.
+TEST(P2pLanes, LlLaneSharesAreAlignedAndFit) {
+  for (uint64_t slotBytes : {1024u, 1056u, 4096u + 32u, 32768u}) {
+    for (uint64_t nslots : {2u, 6u, 8u}) {
+      const uint64_t fifo = nslots * slotBytes;
+      for (uint32_t lanes : {1u, 2u, 4u, 8u}) {
+        const uint64_t share = ferry::p2pLlLaneShare(fifo, lanes);
+        EXPECT_EQ(share % 32, 0u) << fifo << " / " << lanes;
+        EXPECT_LE(share * lanes, fifo);
+        EXPECT_GT(share + 32, fifo / lanes);
+        EXPECT_LE(share / 2 / 32 * 32 * 2, share);  // two LL slots fit the share
+      }
+    }
+  }
+}
