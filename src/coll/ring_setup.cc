@@ -383,11 +383,12 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
-             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes), %u slots of %llu "
-             "bytes (LL %llu), %.1f MiB",
+             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes, LL %u of %llu), %u "
+             "slots of %llu bytes (LL %llu), %.1f MiB",
              res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
              res.p2pLanes, res.p2pLaneSlots, static_cast<unsigned long long>(res.p2pLaneSlotBytes),
-             res.nslots, static_cast<unsigned long long>(res.slotBytes),
+             res.p2pLlSlots, static_cast<unsigned long long>(res.p2pLlSlotBytes), res.nslots,
+             static_cast<unsigned long long>(res.slotBytes),
              static_cast<unsigned long long>(res.llSlotBytes), layout.bytes / 1048576.0);
   return ncclSuccess;
 }
