@@ -21,16 +21,9 @@
 #include <functional>
 #include <vector>
 
-namespace {
+#include "cuda_check.h"
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
+namespace {
 
 // One GPU's side: a source, a staging buffer, a second pair for "both", the
 // peer-facing destination (on the other GPU) and two streams.

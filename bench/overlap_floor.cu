@@ -18,18 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.h"
 #include "ferry_bench/overlap.h"
 
 namespace {
-
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
 
 // Spins one thread for `ns` nanoseconds of the global timer: the shape of a
 // one-thread wait kernel, without any flag.
