@@ -314,6 +314,13 @@ Status P2pEngine::selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfP
   return ncclSuccess;
 }
 
+Status P2pEngine::orderAfter(rt::Stream& later, rt::Stream& earlier) {
+  std::shared_ptr<rt::Event> mark;
+  FERRY_CHECK(newEvent(&mark));
+  FERRY_CHECK(mark->record(earlier));
+  return later.waitEvent(*mark);
+}
+
 // Each pair: the receive's stream waits for the send's stream to reach this
 // point (its data is written), copies, and the send's stream waits for the
 // copy (its buffer may be reused afterwards). Events only: no proxy, no
@@ -328,21 +335,11 @@ Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
     size_t si = 0, ri = 0;
     FERRY_CHECK(streamFor(snd.stream, handles, streams, &si));
     FERRY_CHECK(streamFor(rcv.stream, handles, streams, &ri));
-    if (si != ri) {
-      std::shared_ptr<rt::Event> sent;
-      FERRY_CHECK(newEvent(&sent));
-      FERRY_CHECK(sent->record(*streams[si]));
-      FERRY_CHECK(streams[ri]->waitEvent(*sent));
-    }
+    if (si != ri) FERRY_CHECK(orderAfter(*streams[ri], *streams[si]));
     if (rcv.bytes > 0 && rcv.buffer != snd.buffer) {
       FERRY_CHECK(streams[ri]->copyAsync(rcv.buffer, snd.buffer, rcv.bytes));
     }
-    if (si != ri) {
-      std::shared_ptr<rt::Event> copied;
-      FERRY_CHECK(newEvent(&copied));
-      FERRY_CHECK(copied->record(*streams[ri]));
-      FERRY_CHECK(streams[si]->waitEvent(*copied));
-    }
+    if (si != ri) FERRY_CHECK(orderAfter(*streams[si], *streams[ri]));
     countTask(snd);
     countTask(rcv);
   }

@@ -83,6 +83,8 @@ class P2pEngine {
   [[nodiscard]] Status selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs);
   [[nodiscard]] Status copySelfPairs(const std::vector<P2pTask>& tasks,
                                      const std::vector<SelfPair>& pairs);
+  // Work queued on `later` from now on runs after what `earlier` holds now.
+  [[nodiscard]] Status orderAfter(rt::Stream& later, rt::Stream& earlier);
   void countTask(const P2pTask& t);
   [[nodiscard]] Status makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op);
   [[nodiscard]] Status takeStaging(const std::vector<P2pTask>& tasks, std::vector<void*>* staged);
