@@ -289,6 +289,13 @@ for s in $stages; do
       timeout 60 $b/bench/ferry-copy-overlap $sz ${COPYOV_ITERS:-20}
     done
     ;;
+  cesplit)
+    # Push vs pull vs push+pull peer copies (bench/ce_split.cu).
+    stage cesplit
+    for sz in ${CESPLIT_SIZES:-16777216 268435456 1073741824}; do
+      timeout 60 $b/bench/ferry-ce-split $sz ${CESPLIT_ITERS:-20}
+    done
+    ;;
   firstuse)
     # How long kernel p2p's first iterations stay slow: one size, few warm-ups.
     stage firstuse
