@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -25,12 +26,17 @@ Communicator::~Communicator() {
 Status Communicator::runInit(const ncclUniqueId& id) {
   LogRankScope scope(rank_);
   auto start = std::chrono::steady_clock::now();
+  const std::string warnedBefore = lastWarning();
   Status s = initSteps(id);
   if (s == ncclSuccess) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     FERRY_INFO(kLogInit, "comm %p rank %d nranks %d device %d (%s) - Init COMPLETE in %.1f ms",
                static_cast<void*>(this), rank_, nranks_, device_, topology_.peers[rank_].busId, ms);
+  } else if (lastWarning() != warnedBefore) {
+    // A step already WARNed the cause: keep it as ncclGetLastError's answer.
+    FERRY_INFO(kLogInit, "rank %d of %d: communicator init failed: %s", rank_, nranks_,
+               statusString(s));
   } else {
     FERRY_WARN("rank %d of %d: communicator init failed: %s", rank_, nranks_, statusString(s));
   }
@@ -62,6 +68,8 @@ Status Communicator::initSteps(const ncclUniqueId& id) {
   std::vector<PeerInfo> peers(nranks_);
   FERRY_CHECK(
       fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId, &peers[rank_]));
+  peers[rank_].maxCtas = config_.maxCTAs;
+  peers[rank_].knobs = collectAgreedKnobs(params_);
   FERRY_CHECK(bootstrap_->allGather(peers.data(), sizeof(PeerInfo)));
   FERRY_CHECK(buildTopology(peers, rank_, &topology_));
   FERRY_INFO(kLogInit, "runtime %s, %s", rt::runtimeKindName(runtime_->kind()),
@@ -90,7 +98,13 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   ctx.commKey = key;
   ctx.abortFlag = &abortFlag_;
   ctx.timeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
+  // Every rank runs the same collective channels: the smallest maxCTAs wins.
   ctx.maxCtas = config_.maxCTAs;
+  for (const PeerInfo& p : topology_.peers) ctx.maxCtas = std::min(ctx.maxCtas, p.maxCtas);
+  if (ctx.maxCtas != config_.maxCTAs) {
+    FERRY_INFO(kLogInit, "maxCTAs %d (the smallest of all ranks'; this rank asked for %d)",
+               ctx.maxCtas, config_.maxCTAs);
+  }
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
   return CollEngine::create(ctx, &coll_);
 }

@@ -8,11 +8,12 @@
 #include <string>
 #include <type_traits>
 
+#include "core/agreed_knobs.h"
 #include "core/status.h"
 
 namespace ferry {
 
-constexpr uint32_t kPeerInfoVersion = 1;
+constexpr uint32_t kPeerInfoVersion = 2;
 
 struct PeerInfo {
   uint32_t version;
@@ -24,6 +25,11 @@ struct PeerInfo {
   int64_t pid;
   char busId[32];  // NUL-terminated device identifier ("0000:1b:00.0", "host:3")
   char hostname[64];
+  // ncclConfig_t.maxCTAs: the communicator uses the smallest of all ranks'
+  // (every rank must run the same collective channels).
+  int32_t maxCtas;
+  int32_t reserved;
+  AgreedKnobs knobs;  // must match on every rank (core/agreed_knobs.h)
 };
 static_assert(std::is_trivially_copyable_v<PeerInfo>);
 

@@ -41,6 +41,8 @@ Status validatePeers(const std::vector<PeerInfo>& peers, int myRank) {
                  r, peers[0].runtimeKind, p.runtimeKind);
     }
   }
+  // Knobs whose value each rank turns into a decision its peers must mirror.
+  for (int r = 1; r < n; ++r) FERRY_CHECK(compareAgreedKnobs(peers[0].knobs, 0, peers[r].knobs, r));
   // Two ranks on one device of one machine: NCCL refuses this, and so do we.
   std::map<std::pair<uint64_t, std::string>, int> owner;
   for (int r = 0; r < n; ++r) {

@@ -47,6 +47,29 @@ bool envInt(const char* name, int* out, std::string* error) {
   return true;
 }
 
+// FERRY_TEST_RANK_ENV="R:NAME=VALUE|R:NAME=VALUE...": rank R puts NAME=VALUE
+// in its own environment, for tests of knobs that ranks set differently.
+bool applyRankEnv(int rank, std::string* error) {
+  const std::string spec = ferry::envString("FERRY_TEST_RANK_ENV");
+  size_t start = 0;
+  while (start < spec.size()) {
+    size_t end = spec.find('|', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string entry = spec.substr(start, end - start);
+    start = end + 1;
+    size_t colon = entry.find(':');
+    size_t eq = entry.find('=', colon == std::string::npos ? 0 : colon);
+    if (colon == std::string::npos || eq == std::string::npos || colon == 0 || eq == colon + 1) {
+      *error = "FERRY_TEST_RANK_ENV entry '" + entry + "' is not RANK:NAME=VALUE";
+      return false;
+    }
+    if (std::atoi(entry.substr(0, colon).c_str()) != rank) continue;
+    const std::string name = entry.substr(colon + 1, eq - colon - 1);
+    setenv(name.c_str(), entry.substr(eq + 1).c_str(), 1);
+  }
+  return true;
+}
+
 }  // namespace
 
 int countThreads() {
@@ -75,7 +98,7 @@ bool readLaunchEnv(LaunchEnv* env, std::string* error) {
     *error = "NCCL_COMM_ID is not set";
     return false;
   }
-  return true;
+  return applyRankEnv(env->rank, error);
 }
 
 LaunchEnv launchEnv() {

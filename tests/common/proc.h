@@ -30,7 +30,9 @@ struct LaunchEnv {
 };
 
 // Reads the variables; false with the reason when they are missing or
-// inconsistent (e.g. the program was not started by ferry-run).
+// inconsistent (e.g. the program was not started by ferry-run). Then applies
+// this rank's entries of FERRY_TEST_RANK_ENV ("R:NAME=VALUE|..."): rank R
+// sets NAME=VALUE in its environment (knobs that differ between ranks).
 bool readLaunchEnv(LaunchEnv* env, std::string* error);
 
 // readLaunchEnv or, on failure, prints "<reason>: run this program under

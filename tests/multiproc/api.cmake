@@ -35,3 +35,16 @@ ferry_api_test(api.badknob.lanes.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANES
 ferry_api_test(api.badknob.laneslots.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANE_SLOTS=3)
 ferry_api_test(api.badknob.lanebytes.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANE_BYTES=100)
 ferry_api_test(api.badknob.slots.n2 2 badknob ENVIRONMENT FERRY_COLL_SLOTS=3)
+# A knob every rank must set alike, set differently by one rank: init fails
+# on every rank with ncclInvalidUsage naming it (instead of a hang later).
+# The second sets a default on one rank only: NCCL_P2P_LL_THRESHOLD means
+# something else once set, so an explicit default is refused too.
+ferry_api_test(api.knobmismatch.kmax.n3 3 knobmismatch)
+ferry_api_test(api.knobmismatch.explicit.n2 2 knobmismatch)
+ferry_api_test(api.knobmismatch.proto.n2 2 knobmismatch)
+set_tests_properties(api.knobmismatch.kmax.n3 PROPERTIES ENVIRONMENT
+  "FERRY_TEST_RANK_ENV=2:FERRY_P2P_KERNEL_MAX_BYTES=1M;FERRY_TEST_KNOB=FERRY_P2P_KERNEL_MAX_BYTES")
+set_tests_properties(api.knobmismatch.explicit.n2 PROPERTIES ENVIRONMENT
+  "FERRY_TEST_RANK_ENV=1:NCCL_P2P_LL_THRESHOLD=16K;FERRY_TEST_KNOB=NCCL_P2P_LL_THRESHOLD")
+set_tests_properties(api.knobmismatch.proto.n2 PROPERTIES ENVIRONMENT
+  "FERRY_TEST_RANK_ENV=0:NCCL_PROTO=LL|1:NCCL_PROTO=Simple;FERRY_TEST_KNOB=NCCL_PROTO")

@@ -261,6 +261,27 @@ void caseBadKnob(const Ctx& ctx) {
   EXPECT_OK(ncclCommAbort(comm));
 }
 
+// One rank sets a knob that every rank must set alike (FERRY_TEST_RANK_ENV)
+// differently: init fails on every rank, soon, naming the knob.
+void caseKnobMismatch(const Ctx& ctx) {
+  const std::string knob = getenv("FERRY_TEST_KNOB") ? getenv("FERRY_TEST_KNOB") : "";
+  EXPECT_TRUE(!knob.empty(), "FERRY_TEST_KNOB (the knob that differs) is not set");
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  auto start = Clock::now();
+  ncclResult_t r = ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank);
+  double s = secondsSince(start);
+  const std::string why = ncclGetLastError(nullptr);
+  printf("init with %s set differently returned %s after %.2f s: %s\n", knob.c_str(),
+         ncclGetErrorString(r), s, why.c_str());
+  EXPECT_TRUE(r == ncclInvalidUsage, "init returned %d", r);
+  EXPECT_TRUE(why.find(knob + " differs between rank 0") != std::string::npos,
+              "last error does not name %s: %s", knob.c_str(), why.c_str());
+  EXPECT_TRUE(s < 30.0, "took %.2f s", s);
+  EXPECT_OK(ncclCommAbort(comm));
+}
+
 // The last rank claims rank 0 too: nobody may end up with a communicator.
 void caseDuplicateRank(const Ctx& ctx) {
   int claimed = ctx.env.rank == ctx.env.nranks - 1 ? 0 : ctx.env.rank;
@@ -321,9 +342,11 @@ int main(int argc, char** argv) {
   ctx.seed = ferry::test::testSeed();
   selectDevice(ctx);
   const std::map<std::string, std::function<void(const Ctx&)>> cases = {
-      {"init", caseInit},       {"nonblocking", caseNonblocking}, {"split", caseSplit},
-      {"abort", caseAbort},     {"missing", caseMissing},         {"duprank", caseDuplicateRank},
-      {"badargs", caseBadArgs}, {"initall", caseInitAll},         {"badknob", caseBadKnob},
+      {"init", caseInit},       {"nonblocking", caseNonblocking},
+      {"split", caseSplit},     {"abort", caseAbort},
+      {"missing", caseMissing}, {"duprank", caseDuplicateRank},
+      {"badargs", caseBadArgs}, {"initall", caseInitAll},
+      {"badknob", caseBadKnob}, {"knobmismatch", caseKnobMismatch},
   };
   auto it = cases.find(argv[1]);
   if (it == cases.end()) {

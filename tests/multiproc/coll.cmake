@@ -63,3 +63,8 @@ set_tests_properties(coll.timeout.simple.n3 PROPERTIES ENVIRONMENT
 ferry_coll_test(coll.matrix.proto_ll.n2 2 matrix_quick ENVIRONMENT NCCL_PROTO=LL)
 ferry_coll_test(coll.matrix.proto_simple.n2 2 matrix_quick ENVIRONMENT NCCL_PROTO=^LL)
 ferry_coll_test(coll.matrix.maxctas.n3 3 matrix_quick ENVIRONMENT NCCL_MAX_CTAS=1)
+# Ranks asking for different maxCTAs (NCCL_MAX_CTAS 1, unset, 3 over 4
+# channels): every rank runs the smallest, so the rings still line up.
+ferry_coll_test(coll.matrix.maxctas.mixed.n3 3 matrix_quick)
+set_tests_properties(coll.matrix.maxctas.mixed.n3 PROPERTIES
+  ENVIRONMENT "FERRY_COLL_CHANNELS=4;FERRY_TEST_RANK_ENV=0:NCCL_MAX_CTAS=1|2:NCCL_MAX_CTAS=3")

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/agreed_knobs.h"
 #include "core/log.h"
 #include "core/params.h"
 
@@ -72,6 +73,34 @@ TEST(Params, ReadmeDocumentsEveryKnob) {
     EXPECT_NE(readme.find(std::string("`") + d.name + "`"), std::string::npos)
         << d.name << " is missing from README.md";
   }
+}
+
+TEST(AgreedKnobs, EqualUnsetOrSameValueAgree) {
+  AgreedKnobs none = collectAgreedKnobs(Params::fromValues({}));
+  AgreedKnobs other = collectAgreedKnobs(Params::fromValues({{"FERRY_BOOTSTRAP_TIMEOUT", "9"}}));
+  EXPECT_EQ(compareAgreedKnobs(none, 0, other, 1), ncclSuccess);  // not an agreed knob
+  AgreedKnobs a = collectAgreedKnobs(Params::fromValues({{"FERRY_P2P_KERNEL_MAX_BYTES", "1M"}}));
+  AgreedKnobs b =
+      collectAgreedKnobs(Params::fromValues({{"FERRY_P2P_KERNEL_MAX_BYTES", "1048576"}}));
+  EXPECT_EQ(compareAgreedKnobs(a, 0, b, 1), ncclSuccess);  // same value, spelled differently
+  AgreedKnobs p = collectAgreedKnobs(Params::fromValues({{"NCCL_PROTO", "LL,Simple"}}));
+  EXPECT_EQ(compareAgreedKnobs(p, 0, p, 1), ncclSuccess);
+}
+
+TEST(AgreedKnobs, DifferentValueOrExplicitDefaultIsRefusedByName) {
+  AgreedKnobs none = collectAgreedKnobs(Params::fromValues({}));
+  AgreedKnobs one = collectAgreedKnobs(Params::fromValues({{"FERRY_P2P_KERNEL_MAX_BYTES", "1M"}}));
+  EXPECT_EQ(compareAgreedKnobs(none, 0, one, 3), ncclInvalidUsage);
+  EXPECT_NE(lastWarning().find("FERRY_P2P_KERNEL_MAX_BYTES differs between rank 0 (unset, "
+                               "default 2M) and rank 3 (set to 1048576)"),
+            std::string::npos)
+      << lastWarning();
+  AgreedKnobs dflt = collectAgreedKnobs(Params::fromValues({{"NCCL_PASS_SM", "1"}}));
+  EXPECT_EQ(compareAgreedKnobs(none, 0, dflt, 1), ncclInvalidUsage);
+  AgreedKnobs ll = collectAgreedKnobs(Params::fromValues({{"NCCL_PROTO", "LL"}}));
+  AgreedKnobs simple = collectAgreedKnobs(Params::fromValues({{"NCCL_PROTO", "Simple"}}));
+  EXPECT_EQ(compareAgreedKnobs(ll, 0, simple, 1), ncclInvalidUsage);
+  EXPECT_NE(lastWarning().find("NCCL_PROTO differs"), std::string::npos) << lastWarning();
 }
 
 TEST(Log, LevelAndSubsysParsing) {
