@@ -13,6 +13,8 @@
 //   staged/P    the staged send: P pieces; piece k's peer copy waits (event)
 //               for piece k's local copy
 //   staged2/P   the same on both GPUs at once, towards each other (sendrecv)
+//   serial(2)   the staged send with both copies on the proxy's stream, in
+//               order, no event between them (one way / both ways)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,6 +68,18 @@ void stagedSend(Side& s, size_t bytes, int npieces) {
     CHECK(cudaStreamWaitEvent(s.proxy, s.pieces[k], 0));
     CHECK(cudaMemcpyAsync(s.dstOnPeer + off, s.stage + off, len, cudaMemcpyDefault, s.proxy));
   }
+}
+
+// The staged send with both copies on the proxy's stream: no event between
+// them, and the user's stream waits (event) for the local copy only.
+void serialSend(Side& s, size_t bytes) {
+  CHECK(cudaSetDevice(s.dev));
+  CHECK(cudaEventRecord(s.pieces[0], s.user));
+  CHECK(cudaStreamWaitEvent(s.proxy, s.pieces[0], 0));
+  CHECK(cudaMemcpyAsync(s.stage, s.src, bytes, cudaMemcpyDeviceToDevice, s.proxy));
+  CHECK(cudaEventRecord(s.pieces[1], s.proxy));
+  CHECK(cudaStreamWaitEvent(s.user, s.pieces[1], 0));
+  CHECK(cudaMemcpyAsync(s.dstOnPeer, s.stage, bytes, cudaMemcpyDefault, s.proxy));
 }
 
 // Median time (us) of `iters` runs of `body`, measured from an event on
@@ -149,6 +163,11 @@ int main(int argc, char** argv) {
              CHECK(cudaSetDevice(s->dev));
              CHECK(cudaMemcpyAsync(s->dstOnPeer, s->stage, bytes, cudaMemcpyDefault, s->proxy));
            }
+         }));
+  report("serial", bytes, timeIt({&a}, iters, [&] { serialSend(a, bytes); }));
+  report("serial2", bytes, timeIt({&a, &b}, iters, [&] {
+           serialSend(a, bytes);
+           serialSend(b, bytes);
          }));
   for (int pieces : {1, 4, 8, 16}) {
     char name[32];

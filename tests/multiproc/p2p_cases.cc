@@ -314,6 +314,54 @@ void caseSwap(World& w) {
   }
 }
 
+// A staged send's buffer is the user's again as soon as the send is
+// enqueued: here the very next work on its stream (a self copy) overwrites
+// it, and the peer must still receive what it held at the send. Catches a
+// staging copy that the user's stream does not wait for.
+void caseOverwrite(World& w) {
+  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
+  if (w.nranks % 2 != 0 || stage == nullptr || strcmp(stage, "1") != 0) {
+    printf("overwrite: skipped (needs an even rank count and FERRY_P2P_STAGE_SENDS=1)\n");
+    return;
+  }
+  const int peer = w.rank ^ 1;
+  constexpr size_t kBusyBytes = size_t{16} << 20;
+  for (int round = 0; round < 12; ++round) {
+    const size_t bytes = (size_t{8} << 20) + 8191 * static_cast<size_t>(round);
+    const uint64_t r = 900 + static_cast<uint64_t>(round) * 4;
+    Message out(w, r, w.rank, peer, bytes, BufferKind::Plain);
+    Message later(w, r + 1, w.rank, w.rank, bytes, BufferKind::Plain);
+    Message in(w, r, peer, w.rank, bytes, BufferKind::Plain);
+    out.fillAsSender();
+    later.fillAsSender();
+    in.poison();
+    // Keeps the stream busy first (a 16 MiB self copy), so the overwrite is
+    // ready to run the moment the send's turn comes, before any staging copy
+    // running elsewhere would have read the buffer.
+    Message busyFrom(w, r + 2, w.rank, w.rank, kBusyBytes, BufferKind::Plain);
+    Message busyTo(w, r + 2, w.rank, w.rank, kBusyBytes, BufferKind::Plain);
+    busyFrom.fillAsSender();
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(busyFrom.buf.data(), kBusyBytes, ncclUint8, w.rank, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(busyTo.buf.data(), kBusyBytes, ncclUint8, w.rank, w.comm, w.stream));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
+    // Overwrites `out` on the same stream: a self pair is one stream copy.
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(later.buf.data(), bytes, ncclUint8, w.rank, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(out.buf.data(), bytes, ncclUint8, w.rank, w.comm, w.stream));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    in.verify("overwrite: received");
+    busyTo.verify("overwrite: self copy");
+    std::vector<uint8_t> got(bytes), want(bytes);
+    out.buf.download(got.data(), bytes);
+    later.buf.download(want.data(), bytes);
+    EXPECT_TRUE(got == want, "overwrite: the send buffer does not hold the self copy");
+  }
+}
+
 // Sends to self and receives from self (SM-free: run with
 // FERRY_P2P_KERNEL_MAX_BYTES=0). A group whose self operations pair up one
 // to one is copied directly (FERRY_P2P_SELF_COPY, default on), which the
@@ -414,6 +462,7 @@ int main(int argc, char** argv) {
       {"many", caseMany},
       {"ktimeout", caseKernelTimeout},
       {"self", caseSelf},
+      {"overwrite", caseOverwrite},
   };
   return runCase(argc, argv, cases);
 }
