@@ -289,15 +289,6 @@ for s in $stages; do
       timeout 60 $b/bench/ferry-copy-overlap $sz ${COPYOV_ITERS:-20}
     done
     ;;
-  stagemode)
-    # Staged sends (lazy): staging on the copy stream vs on the user's stream.
-    stage stagemode
-    for m in ${STAGEMODES:-copy user}; do
-      echo "--- LAZY FERRY_P2P_STAGE_STREAM=$m"
-      CUDA_MODULE_LOADING=LAZY FERRY_P2P_STAGE_STREAM=$m ferryOnly ${STAGEMODE_OPS:-sendrecv,alltoall} \
-        -b ${STAGEMODE_B:-4M} -e ${STAGEMODE_E:-256M} -f ${STAGEMODE_F:-2} -w ${STAGEMODE_W:-5} -n ${STAGEMODE_N:-20}
-    done
-    ;;
   cesplit)
     # Push vs pull vs push+pull peer copies (bench/ce_split.cu).
     stage cesplit

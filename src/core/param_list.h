@@ -63,9 +63,6 @@
   X(P2pStagePieceBytes, "FERRY_P2P_STAGE_PIECE_BYTES", Int, "32M",                                \
     "Staged sends copy their payload in pieces of at least this size (at most 8 pieces); the "   \
     "transfer of a piece starts as soon as it is staged.")                                       \
-  X(P2pStageStream, "FERRY_P2P_STAGE_STREAM", String, "copy",                                     \
-    "Where a staged send's local copy runs: copy (the connection's copy stream, in order before " \
-    "the transfer; the user's stream waits for it) or user (the user's stream, in pieces).")     \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "200",                                                \
     "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \

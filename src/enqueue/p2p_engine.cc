@@ -52,14 +52,6 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);
   e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
   e->staging_ = std::make_unique<StagingPool>(ctx.runtime);
-  // The copy stream may hold a wait for a receiver (streamWaitsPeer_): a
-  // staging copy queued behind it would make the user's stream wait for that
-  // receiver, which is what staging exists to avoid. Stage on the user's
-  // stream then.
-  const std::string& where = ctx.params->getString(ParamId::P2pStageStream);
-  if (where != "copy" && where != "user")
-    FERRY_WARN("FERRY_P2P_STAGE_STREAM=%s is not copy|user; using copy", where.c_str());
-  e->stageOnCopyStream_ = where != "user" && !e->streamWaitsPeer_;
   e->stagePiece_ =
       static_cast<uint64_t>(std::max<int64_t>(1, ctx.params->getInt(ParamId::P2pStagePieceBytes)));
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
@@ -73,9 +65,8 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
              e->zeroCopy_ ? ", zero-copy when the receive buffer can be mapped" : "");
   if (e->stageSends_) {
     FERRY_INFO(kLogP2p | kLogInit,
-               "sends are staged (lazy module loading) on the %s stream: a send never makes "
-               "its stream wait for the receiver; set CUDA_MODULE_LOADING=EAGER to avoid the copy",
-               e->stageOnCopyStream_ ? "copy" : "user's");
+               "sends are staged (lazy module loading): a send never makes "
+               "its stream wait for the receiver; set CUDA_MODULE_LOADING=EAGER to avoid the copy");
   }
   *out = std::move(e);
   return ncclSuccess;
@@ -220,20 +211,10 @@ Status P2pEngine::issueStaging(const std::vector<P2pTask>& tasks,
   return ncclSuccess;
 }
 
-// Copies a send's payload into its staging block. On the connection's copy
-// stream (stageOnCopyStream_): after the user's stream's earlier work, in one
-// copy that the transfer follows in stream order, and the user's stream then
-// waits for that copy alone (nothing there waits for a peer: the proxy only
-// issues a transfer once its receiver is ready). Else on the user's stream,
-// one piece at a time, with an event after each piece for the copy stream.
+// Copies a send's payload into its staging block on the user's stream, one
+// piece at a time, recording an event after each piece for the copy stream.
 Status P2pEngine::stageSend(const P2pTask& task, rt::Stream& stream, void* block,
                             std::vector<std::shared_ptr<rt::Event>>* events) {
-  if (stageOnCopyStream_) {
-    rt::Stream& copy = *state_.send[task.peer]->stream;
-    FERRY_CHECK(orderAfter(copy, stream));
-    FERRY_CHECK(copy.copyAsync(block, task.buffer, task.bytes));
-    return orderAfter(stream, copy);
-  }
   uint64_t piece = stagePieceBytes(task.bytes, stagePiece_);
   for (uint64_t off = 0; off < task.bytes; off += piece) {
     uint64_t len = std::min(piece, task.bytes - off);
@@ -419,9 +400,7 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks,
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (staged[i] == nullptr) continue;
     P2pOp& op = *ops[i];
-    // Piece 0's event also covers earlier work; with copy-stream staging
-    // there are no events: the transfer follows the staging copy in order.
-    op.staged = std::move(pieces[i]);
+    op.staged = std::move(pieces[i]);  // piece 0's event also covers earlier work
     op.stagePiece = stagePieceBytes(op.bytes, stagePiece_);
     op.ready.reset();
   }

@@ -110,10 +110,6 @@ class P2pEngine {
   bool selfCopy_ = true;     // FERRY_P2P_SELF_COPY
   bool stageSends_ = false;  // see staging.h
   uint64_t stagePiece_ = 0;  // FERRY_P2P_STAGE_PIECE_BYTES
-  // FERRY_P2P_STAGE_STREAM=copy: the staging copy runs on the connection's
-  // copy stream, right before the transfer that reads it (no event between
-  // the two); the user's stream waits for the staging copy only.
-  bool stageOnCopyStream_ = false;
   int64_t opTimeoutNs_ = 0;  // FERRY_P2P_TIMEOUT
   std::unique_ptr<StagingPool> staging_;
   bool shutDown_ = false;

@@ -63,36 +63,21 @@ target_link_libraries(mp_p2p_kill PRIVATE nccl)
 add_test(NAME p2p.peer_killed COMMAND $<TARGET_FILE:mp_p2p_kill>)
 set_tests_properties(p2p.peer_killed PROPERTIES LABELS multiproc TIMEOUT 120)
 
-# Staged sends (the lazy-loading-safe mode) on the host runtime: staged on
-# the copy stream (the default under lazy loading on CUDA; on the host
-# runtime only once the copy streams stop waiting for receivers, as under
-# lazy loading), and on the user's stream with staging pieces small enough
-# that messages span many (pipelined staging).
-set(FERRY_STAGED_COPY "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STREAM_WAIT=0")
+# Staged sends (the lazy-loading-safe mode) on the host runtime, with staging
+# pieces small enough that messages span many (pipelined staging).
 ferry_p2p_test(p2p.alltoall.staged.n3 3 alltoall)
-set_tests_properties(p2p.alltoall.staged.n3 PROPERTIES ENVIRONMENT "${FERRY_STAGED_COPY}")
-ferry_p2p_test(p2p.alltoall.staged.user.n3 3 alltoall)
-set_tests_properties(p2p.alltoall.staged.user.n3 PROPERTIES ENVIRONMENT
-  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_STREAM=user;FERRY_P2P_STAGE_PIECE_BYTES=4K")
-ferry_p2p_test(p2p.stress.staged.user.n3 3 stress)
-set_tests_properties(p2p.stress.staged.user.n3 PROPERTIES ENVIRONMENT
-  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_STREAM=user;FERRY_P2P_STAGE_PIECE_BYTES=64K")
-ferry_p2p_test(p2p.unbatched.staged.n2 2 unbatched)
-set_tests_properties(p2p.unbatched.staged.n2 PROPERTIES ENVIRONMENT "${FERRY_STAGED_COPY}")
+set_tests_properties(p2p.alltoall.staged.n3 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=4K")
+ferry_p2p_test(p2p.unbatched.staged.n2 2 unbatched ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 ferry_p2p_test(p2p.mixes.staged.n2 2 mixes)
-set_tests_properties(p2p.mixes.staged.n2 PROPERTIES ENVIRONMENT
-  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_STREAM=user;FERRY_P2P_STAGE_PIECE_BYTES=1")
-ferry_p2p_test(p2p.mixes.staged.copy.n2 2 mixes)
-set_tests_properties(p2p.mixes.staged.copy.n2 PROPERTIES ENVIRONMENT "${FERRY_STAGED_COPY}")
+set_tests_properties(p2p.mixes.staged.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=1")
 ferry_p2p_test(p2p.stress.staged.n3 3 stress)
-set_tests_properties(p2p.stress.staged.n3 PROPERTIES ENVIRONMENT "${FERRY_STAGED_COPY}")
+set_tests_properties(p2p.stress.staged.n3 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.swap.staged.n2 2 swap)
 # The send buffer overwritten on the send's stream right after a staged send.
-ferry_p2p_test(p2p.overwrite.staged.n2 2 overwrite)
-set_tests_properties(p2p.overwrite.staged.n2 PROPERTIES ENVIRONMENT "${FERRY_STAGED_COPY}")
-ferry_p2p_test(p2p.overwrite.staged.user.n2 2 overwrite)
-set_tests_properties(p2p.overwrite.staged.user.n2 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_STREAM=user")
+ferry_p2p_test(p2p.overwrite.staged.n2 2 overwrite ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 # Sends to self paired with receives from self in one group: one direct copy
 # each (and through the proxy with FERRY_P2P_SELF_COPY=0, or staged).
 ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
@@ -101,10 +86,8 @@ set_tests_properties(p2p.self.noselfcopy.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=0")
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;${FERRY_STAGED_COPY}")
-set_tests_properties(p2p.swap.staged.n2 PROPERTIES ENVIRONMENT "${FERRY_STAGED_COPY}")
-ferry_p2p_test(p2p.swap.staged.user.n2 2 swap)
-set_tests_properties(p2p.swap.staged.user.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
+set_tests_properties(p2p.swap.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.ktimeout.n2 2 ktimeout)
 set_tests_properties(p2p.ktimeout.n2 PROPERTIES ENVIRONMENT "FERRY_P2P_TIMEOUT=2;NCCL_PASS_SM=0")
