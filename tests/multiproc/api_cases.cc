@@ -246,15 +246,23 @@ void caseMissing(const Ctx& ctx) {
   EXPECT_OK(ncclCommAbort(comm));
 }
 
+// Inits the world communicator as `rank` with a fresh launcher id; returns
+// init's result and, in *seconds, how long it took.
+ncclResult_t timedInit(const Ctx& ctx, int rank, ncclComm_t* comm, double* seconds) {
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  auto start = Clock::now();
+  ncclResult_t r = ncclCommInitRank(comm, ctx.env.nranks, id, rank);
+  *seconds = secondsSince(start);
+  return r;
+}
+
 // A malformed knob (set by the test, the same on every rank) fails init on
 // every rank with ncclInvalidArgument, promptly and without a hang.
 void caseBadKnob(const Ctx& ctx) {
-  ncclUniqueId id;
-  EXPECT_OK(ncclGetUniqueId(&id));
   ncclComm_t comm = nullptr;
-  auto start = Clock::now();
-  ncclResult_t r = ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank);
-  double s = secondsSince(start);
+  double s = 0;
+  ncclResult_t r = timedInit(ctx, ctx.env.rank, &comm, &s);
   printf("init with a malformed knob returned %s after %.2f s\n", ncclGetErrorString(r), s);
   EXPECT_TRUE(r == ncclInvalidArgument, "init returned %d", r);
   EXPECT_TRUE(s < 30.0, "took %.2f s", s);
@@ -266,12 +274,9 @@ void caseBadKnob(const Ctx& ctx) {
 void caseKnobMismatch(const Ctx& ctx) {
   const std::string knob = getenv("FERRY_TEST_KNOB") ? getenv("FERRY_TEST_KNOB") : "";
   EXPECT_TRUE(!knob.empty(), "FERRY_TEST_KNOB (the knob that differs) is not set");
-  ncclUniqueId id;
-  EXPECT_OK(ncclGetUniqueId(&id));
   ncclComm_t comm = nullptr;
-  auto start = Clock::now();
-  ncclResult_t r = ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank);
-  double s = secondsSince(start);
+  double s = 0;
+  ncclResult_t r = timedInit(ctx, ctx.env.rank, &comm, &s);
   const std::string why = ncclGetLastError(nullptr);
   printf("init with %s set differently returned %s after %.2f s: %s\n", knob.c_str(),
          ncclGetErrorString(r), s, why.c_str());
@@ -285,12 +290,9 @@ void caseKnobMismatch(const Ctx& ctx) {
 // The last rank claims rank 0 too: nobody may end up with a communicator.
 void caseDuplicateRank(const Ctx& ctx) {
   int claimed = ctx.env.rank == ctx.env.nranks - 1 ? 0 : ctx.env.rank;
-  ncclUniqueId id;
-  EXPECT_OK(ncclGetUniqueId(&id));
   ncclComm_t comm = nullptr;
-  auto start = Clock::now();
-  ncclResult_t r = ncclCommInitRank(&comm, ctx.env.nranks, id, claimed);
-  double s = secondsSince(start);
+  double s = 0;
+  ncclResult_t r = timedInit(ctx, claimed, &comm, &s);
   printf("init with a duplicate rank returned %s after %.2f s\n", ncclGetErrorString(r), s);
   EXPECT_TRUE(r != ncclSuccess && r != ncclInProgress, "init returned %d", r);
   EXPECT_TRUE(s < 30.0, "took %.2f s", s);

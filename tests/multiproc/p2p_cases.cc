@@ -286,6 +286,15 @@ void caseMixes(World& w) {
   }
 }
 
+// Whether a staged-send case can run (pairs of ranks, staging forced);
+// prints why not otherwise.
+bool stagedPairsOrSkip(const World& w, const char* name) {
+  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
+  if (w.nranks % 2 == 0 && stage != nullptr && strcmp(stage, "1") == 0) return true;
+  printf("%s: skipped (needs an even rank count and FERRY_P2P_STAGE_SENDS=1)\n", name);
+  return false;
+}
+
 // Staged sends only (FERRY_P2P_STAGE_SENDS=1): one group sends a buffer to
 // the peer and receives the peer's bytes into the SAME buffer, zero-copy.
 // The send is staged from the buffer, so the receive may let the peer write
@@ -293,11 +302,7 @@ void caseMixes(World& w) {
 // with exactly the other's original bytes. (Without staging the NCCL API
 // leaves this undefined, so the case is skipped there.)
 void caseSwap(World& w) {
-  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
-  if (w.nranks % 2 != 0 || stage == nullptr || strcmp(stage, "1") != 0) {
-    printf("swap: skipped (needs an even rank count and FERRY_P2P_STAGE_SENDS=1)\n");
-    return;
-  }
+  if (!stagedPairsOrSkip(w, "swap")) return;
   const int peer = w.rank ^ 1;
   for (int round = 0; round < 64; ++round) {
     const size_t bytes = (size_t{3} << 20) + 4099 * static_cast<size_t>(round);
@@ -319,11 +324,7 @@ void caseSwap(World& w) {
 // it, and the peer must still receive what it held at the send. Catches a
 // staging copy that the user's stream does not wait for.
 void caseOverwrite(World& w) {
-  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
-  if (w.nranks % 2 != 0 || stage == nullptr || strcmp(stage, "1") != 0) {
-    printf("overwrite: skipped (needs an even rank count and FERRY_P2P_STAGE_SENDS=1)\n");
-    return;
-  }
+  if (!stagedPairsOrSkip(w, "overwrite")) return;
   const int peer = w.rank ^ 1;
   constexpr size_t kBusyBytes = size_t{16} << 20;
   for (int round = 0; round < 12; ++round) {
