@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "bootstrap/bootstrap.h"
+#include "core/hash.h"
 
 namespace ferry::boot {
 
@@ -279,9 +280,7 @@ std::string describeUniqueId(const ncclUniqueId& id) {
 uint64_t magicFromCommId(const std::string& commId) {
   // FNV-1a over a domain-separated string, then a splitmix64 finalizer so
   // that similar strings give unrelated magics.
-  uint64_t h = 0xcbf29ce484222325ull;
-  std::string s = "ferry-comm-id:" + commId;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  uint64_t h = fnv1a("ferry-comm-id:" + commId);
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 27;

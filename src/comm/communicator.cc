@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/hash.h"
+
 namespace ferry {
 
 Communicator::Communicator(Params params, CommConfig config, rt::Runtime* runtime, int nranks,
@@ -93,9 +95,7 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   ctx.proxy = proxy.get();
   ctx.device = device_;
   // The unique id differs for every communicator; ranks tell its connections apart.
-  uint64_t key = 0xcbf29ce484222325ULL;
-  for (char ch : id.internal) key = (key ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
-  ctx.commKey = key;
+  ctx.commKey = fnv1a(id.internal, sizeof(id.internal));
   ctx.abortFlag = &abortFlag_;
   ctx.timeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
   // Every rank runs the same collective channels: the smallest maxCTAs wins.

@@ -2,15 +2,10 @@
 
 #include <cstring>
 
+#include "core/hash.h"
+
 namespace ferry {
 namespace {
-
-// FNV-1a: stands in for a String knob's text (only equality matters).
-int64_t hashText(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (char ch : text) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
-  return static_cast<int64_t>(h);
-}
 
 std::string describe(const ParamDef& d, const AgreedKnobs& k, size_t i) {
   if (k.set[i] == 0) return std::string("unset, default ") + d.defaultValue;
@@ -27,7 +22,9 @@ AgreedKnobs collectAgreedKnobs(const Params& params) {
   for (size_t i = 0; i < kAgreedKnobCount; ++i) {
     const ParamId id = kAgreedKnobIds[i];
     const ParamDef& d = defs[static_cast<size_t>(id)];
-    k.value[i] = d.type == ParamType::String ? hashText(params.getString(id)) : params.getInt(id);
+    // A String knob's text is stood in for by its hash: only equality matters.
+    k.value[i] = d.type == ParamType::String ? static_cast<int64_t>(fnv1a(params.getString(id)))
+                                             : params.getInt(id);
     k.set[i] = params.isSet(id) ? 1 : 0;
   }
   return k;

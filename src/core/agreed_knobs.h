@@ -14,7 +14,6 @@
 
 #include <cstdint>
 #include <iterator>
-#include <string>
 
 #include "core/params.h"
 #include "core/status.h"

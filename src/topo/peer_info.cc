@@ -7,17 +7,10 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/hash.h"
+
 namespace ferry {
 namespace {
-
-// 64-bit FNV-1a: stable across processes and builds (std::hash is not).
-uint64_t fnv1a(const std::string& s, uint64_t h = 0xcbf29ce484222325ULL) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 std::string readFirstLine(const char* path) {
   std::ifstream in(path);

@@ -76,6 +76,8 @@ ferry_p2p_test(p2p.stress.staged.n3 3 stress)
 set_tests_properties(p2p.stress.staged.n3 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.swap.staged.n2 2 swap)
+set_tests_properties(p2p.swap.staged.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 # The send buffer overwritten on the send's stream right after a staged send.
 ferry_p2p_test(p2p.overwrite.staged.n2 2 overwrite ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 # Sends to self paired with receives from self in one group: one direct copy
@@ -87,8 +89,6 @@ set_tests_properties(p2p.self.noselfcopy.n2 PROPERTIES
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
-set_tests_properties(p2p.swap.staged.n2 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
 ferry_p2p_test(p2p.ktimeout.n2 2 ktimeout)
 set_tests_properties(p2p.ktimeout.n2 PROPERTIES ENVIRONMENT "FERRY_P2P_TIMEOUT=2;NCCL_PASS_SM=0")
 # The SM-free path's timeout (its 1 MiB message would otherwise go kernel p2p).
