@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit
+#           lllanes firstuse p2psan copyov cesplit loadsync
 set -uo pipefail
 src=$1
 shift
@@ -13,7 +13,8 @@ stages=${*:-build gpu sanitize bench overlap}
 out=${OUT:-$PWD/device-out}
 mkdir -p "$out"
 b=/tmp/fb
-gtest=$(cd "$src/.." && pwd)/.deps/googletest
+gtest=$(cd "$src" && pwd)/.deps/googletest
+[ -d "$gtest" ] || gtest=$(cd "$src/.." && pwd)/.deps/googletest
 export NCCL_NVLS_ENABLE=0
 nccl=$(find / -name libnccl.so.2 -path '*nvidia/nccl*' 2>/dev/null | head -1)
 run="$b/tools/ferry-run/ferry-run -n 2 --runtime cuda"
@@ -89,6 +90,20 @@ for s in $stages; do
       -b 8 -e 1G -f 8 -w 3 -n 10 --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
       >"$out/kp2p.txt" 2>&1
     echo "kp2p exit $?"; grep -v "^\[1\]" "$out/kp2p.txt" | grep -v INFO | tail -32
+    ;;
+  loadsync)
+    # What a kernel/module load or cudaMalloc does while a stream wait is
+    # pending, and whether another thread's copy + write-value still runs.
+    stage loadsync
+    for mode in LAZY EAGER; do
+      for w in spin memop; do
+        for a in launch modload malloc; do
+          for r in copy host; do
+            CUDA_MODULE_LOADING=$mode timeout 8 $b/bench/ferry-load-sync $w $a $r 2>&1 | tail -1
+          done
+        done
+      done
+    done
     ;;
   memop)
     stage memop

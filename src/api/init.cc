@@ -5,6 +5,7 @@
 
 #include "api/api.h"
 #include "comm/group.h"
+#include "runtime/device_scope.h"
 
 using namespace ferry;
 
@@ -216,6 +217,8 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     FERRY_CHECK(readyComm(comm, __func__, &c));
+    rt::DeviceScope device(c->runtime(), c->device());
+    FERRY_CHECK(device.status());
     return c->finalize();
   });
 }
@@ -226,6 +229,7 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
     Communicator* c = nullptr;
     FERRY_CHECK(commFromHandle(comm, __func__, &c));
+    rt::DeviceScope device(c->runtime(), c->device());
     // Destroy does not cancel: an init still running is waited for, and
     // every operation already issued completes first (as ncclCommFinalize).
     c->waitInit();
@@ -247,6 +251,7 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (comm == nullptr) return ncclSuccess;
     Communicator* c = nullptr;
     FERRY_CHECK(commFromHandle(comm, __func__, &c));
+    rt::DeviceScope device(c->runtime(), c->device());
     c->abort();
     c->joinInit();
     destroyHandle(comm);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/hash.h"
+#include "runtime/device_scope.h"
 
 namespace ferry {
 
@@ -18,18 +19,25 @@ Communicator::Communicator(Params params, CommConfig config, rt::Runtime* runtim
       device_(device) {}
 
 Communicator::~Communicator() {
+  // Streams, events and memory are released with this rank's device
+  // current (the destroying thread may be driving another device).
+  rt::DeviceScope device(runtime_, device_);
   abort();
   joinInit();
   (void)shutdownColl(true);
   (void)shutdownP2p(true);
   coll_.reset();  // before the proxy the p2p engine holds goes away
+  p2p_.reset();
 }
 
 Status Communicator::runInit(const ncclUniqueId& id) {
   LogRankScope scope(rank_);
+  // Init may run on the caller's thread (blocking) or a group/init thread:
+  // bind it to the rank's device, and give a caller its own device back.
+  rt::DeviceScope device(runtime_, device_);
   auto start = std::chrono::steady_clock::now();
   const std::string warnedBefore = lastWarning();
-  Status s = initSteps(id);
+  Status s = device.status() != ncclSuccess ? device.status() : initSteps(id);
   if (s == ncclSuccess) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -58,8 +66,6 @@ void Communicator::publishInitResult(Status s) {
 }
 
 Status Communicator::initSteps(const ncclUniqueId& id) {
-  // Init may run on a group or init thread: bind it to the rank's device.
-  FERRY_CHECK(runtime_->setDevice(device_));
   std::string busId;
   FERRY_CHECK(runtime_->pciBusId(device_, &busId));
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "runtime/device_scope.h"
 
 namespace ferry {
 namespace {
@@ -128,14 +129,18 @@ Status groupEnd() {
   // Every communicator's tasks are issued even if an earlier one failed, so
   // peers waiting on them are not left hanging; the first error is returned.
   Status first = ncclSuccess;
+  // Each communicator's work is enqueued with its own device current (one
+  // thread may drive several devices' communicators in one group).
   for (auto& [comm, tasks] : coll) {
     LogRankScope scope(comm->rank());
-    Status t = comm->coll()->launch(tasks);
+    rt::DeviceScope device(comm->runtime(), comm->device());
+    Status t = device.status() != ncclSuccess ? device.status() : comm->coll()->launch(tasks);
     if (first == ncclSuccess) first = t;
   }
   for (auto& [comm, tasks] : p2p) {
     LogRankScope scope(comm->rank());
-    Status t = launchP2p(comm, tasks);
+    rt::DeviceScope device(comm->runtime(), comm->device());
+    Status t = device.status() != ncclSuccess ? device.status() : launchP2p(comm, tasks);
     if (first == ncclSuccess) first = t;
   }
   if (first != ncclSuccess) return first;

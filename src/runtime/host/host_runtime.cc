@@ -188,7 +188,9 @@ class HostRuntime final : public Runtime {
 
   Status createStream(std::unique_ptr<Stream>* out) override {
     if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "createStream: null output");
-    return host::makeOwnedStream(options_.waitTimeoutMs, out);
+    int device = -1;
+    FERRY_CHECK(currentDevice(&device));
+    return host::makeOwnedStream(options_.waitTimeoutMs, device, out);
   }
 
   Status createStreamWithPriority(int priority, std::unique_ptr<Stream>* out) override {
@@ -200,7 +202,9 @@ class HostRuntime final : public Runtime {
 
   Status createEvent(std::unique_ptr<Event>* out) override {
     if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "createEvent: null output");
-    *out = std::make_unique<host::HostEvent>();
+    int device = -1;
+    FERRY_CHECK(currentDevice(&device));
+    *out = std::make_unique<host::HostEvent>(device);
     return ncclSuccess;
   }
 
@@ -212,7 +216,9 @@ class HostRuntime final : public Runtime {
   Status wrapUserStream(void* handle, std::unique_ptr<Stream>* out) override {
     if (out == nullptr) FERRY_FAIL(ncclInvalidArgument, "wrapUserStream: null output");
     if (handle == nullptr) {
-      *out = host::makeSyncStream(options_.waitTimeoutMs);
+      int device = -1;
+      FERRY_CHECK(currentDevice(&device));
+      *out = host::makeSyncStream(options_.waitTimeoutMs, device);
       return ncclSuccess;
     }
     return host::wrapStreamHandle(handle, options_.waitTimeoutMs, out);
@@ -351,6 +357,15 @@ Status HostRuntime::launch(const KernelLaunch& k, Stream& stream) {
   if (host == nullptr || k.func == nullptr || k.numArgs < 0 ||
       (k.argSizes != nullptr && k.numArgs > 0 && k.args == nullptr)) {
     FERRY_FAIL(ncclInvalidArgument, "launch: bad arguments (func %p)", k.func);
+  }
+  // As CUDA: a kernel goes only to a stream of the current device.
+  int current = -1;
+  FERRY_CHECK(currentDevice(&current));
+  if (host->device() != current) {
+    FERRY_FAIL(ncclUnhandledCudaError,
+               "host runtime: kernel launched on a stream of device %d while device %d is "
+               "current (CUDA: invalid resource handle)",
+               host->device(), current);
   }
   // Snapshot argument values now, as cudaLaunchKernel does (when described).
   struct Snapshot {

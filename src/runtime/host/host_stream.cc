@@ -43,7 +43,8 @@ bool conditionHolds(uint64_t current, uint64_t value, WaitCondition c) {
 
 // ---- StreamCore ---------------------------------------------------------------
 
-StreamCore::StreamCore(int64_t waitTimeoutMs) : waitTimeoutMs_(waitTimeoutMs) {}
+StreamCore::StreamCore(int64_t waitTimeoutMs, int device)
+    : waitTimeoutMs_(waitTimeoutMs), device_(device) {}
 
 StreamCore::~StreamCore() {
   shutdown();
@@ -184,6 +185,12 @@ Status pollValue64(const uint64_t* addr, uint64_t value, WaitCondition c, int64_
 Status HostEvent::record(Stream& stream) {
   auto* host = dynamic_cast<HostStreamBase*>(&stream);
   if (host == nullptr) FERRY_FAIL(ncclInvalidArgument, "host event: record on a foreign stream");
+  if (host->device() != device_) {
+    FERRY_FAIL(ncclUnhandledCudaError,
+               "host runtime: event of device %d recorded on a stream of device %d (CUDA: "
+               "invalid resource handle; make the event with the stream's device current)",
+               device_, host->device());
+  }
   EventPoint p{host->core(), host->lastPosition()};
   std::lock_guard<std::mutex> lock(mutex_);
   point_ = std::move(p);
@@ -278,6 +285,7 @@ class QueuedStream final : public HostStreamBase {
   std::shared_ptr<StreamCore> core() const override { return core_; }
   Status submit(StreamCore::Op op) override { return core_->enqueue(std::move(op)); }
   uint64_t lastPosition() override { return core_->lastPosition(); }
+  int device() const override { return core_->device(); }
   Status synchronize() override { return core_->synchronize(); }
   Status query() override { return core_->query(); }
   // The core's address: unique while the stream lives, stable, never null.
@@ -290,20 +298,24 @@ class QueuedStream final : public HostStreamBase {
 
 class SyncStream final : public HostStreamBase {
  public:
-  explicit SyncStream(int64_t waitTimeoutMs) : HostStreamBase(waitTimeoutMs) {}
+  SyncStream(int64_t waitTimeoutMs, int device) : HostStreamBase(waitTimeoutMs), device_(device) {}
   std::shared_ptr<StreamCore> core() const override { return nullptr; }
   // Inline: the caller observes the operation's effects (and error) on return.
   Status submit(StreamCore::Op op) override { return op(); }
   uint64_t lastPosition() override { return 0; }
+  int device() const override { return device_; }
   Status synchronize() override { return ncclSuccess; }
   Status query() override { return ncclSuccess; }
   void* nativeHandle() const override { return nullptr; }
+
+ private:
+  const int device_;
 };
 
 }  // namespace
 
-Status makeOwnedStream(int64_t waitTimeoutMs, std::unique_ptr<Stream>* out) {
-  auto core = std::make_shared<StreamCore>(waitTimeoutMs);
+Status makeOwnedStream(int64_t waitTimeoutMs, int device, std::unique_ptr<Stream>* out) {
+  auto core = std::make_shared<StreamCore>(waitTimeoutMs, device);
   FERRY_CHECK(core->start());
   {
     std::lock_guard<std::mutex> lock(registry().mutex);
@@ -330,8 +342,8 @@ Status wrapStreamHandle(void* handle, int64_t waitTimeoutMs, std::unique_ptr<Str
   return ncclSuccess;
 }
 
-std::unique_ptr<Stream> makeSyncStream(int64_t waitTimeoutMs) {
-  return std::make_unique<SyncStream>(waitTimeoutMs);
+std::unique_ptr<Stream> makeSyncStream(int64_t waitTimeoutMs, int device) {
+  return std::make_unique<SyncStream>(waitTimeoutMs, device);
 }
 
 }  // namespace ferry::rt::host

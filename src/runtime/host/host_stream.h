@@ -30,7 +30,9 @@ class StreamCore {
   // Runs on the worker thread; a failure becomes the stream's sticky error.
   using Op = std::function<Status()>;
 
-  explicit StreamCore(int64_t waitTimeoutMs);
+  // `device`: the emulated device current when the stream was created; a
+  // stream belongs to it for life, as a CUDA stream does.
+  StreamCore(int64_t waitTimeoutMs, int device);
   ~StreamCore();  // calls shutdown()
   // Starts the worker thread; ncclSystemError when the system refuses.
   [[nodiscard]] Status start();
@@ -56,11 +58,13 @@ class StreamCore {
   void shutdown();
 
   int64_t waitTimeoutMs() const { return waitTimeoutMs_; }
+  int device() const { return device_; }
 
  private:
   void run();
 
   const int64_t waitTimeoutMs_;
+  const int device_;
   std::mutex mutex_;
   std::condition_variable workCv_;  // worker: new work or stop
   std::condition_variable doneCv_;  // waiters: progress or failure
@@ -80,14 +84,20 @@ struct EventPoint {
   uint64_t position = 0;
 };
 
+// An event belongs to the device current at its creation. As in CUDA,
+// recording it on a stream of another device fails (invalid resource
+// handle); waiting on it from any device's stream, querying and
+// synchronizing it work from anywhere.
 class HostEvent final : public Event {
  public:
+  explicit HostEvent(int device) : device_(device) {}
   Status record(Stream& stream) override;
   Status query() override;
   Status synchronize() override;
   EventPoint point();
 
  private:
+  const int device_;
   std::mutex mutex_;  // record and query may come from different threads
   EventPoint point_;
 };
@@ -101,6 +111,10 @@ class HostStreamBase : public Stream {
   [[nodiscard]] virtual Status submit(StreamCore::Op op) = 0;
   // Position of the last operation submitted so far (0 when synchronous).
   virtual uint64_t lastPosition() = 0;
+  // The device the stream belongs to (the synchronous stream: the device
+  // that was current when it was wrapped, as NULL means that device's
+  // default stream in CUDA).
+  virtual int device() const = 0;
 
   Status copyAsync(void* dst, const void* src, size_t bytes) override;
   Status writeValue64(uint64_t* addr, uint64_t value) override;
@@ -118,13 +132,14 @@ class HostStreamBase : public Stream {
 
 // A stream created by createStream: owns its core; registered by handle for
 // wrapUserStream while alive. Destruction drains pending work.
-[[nodiscard]] Status makeOwnedStream(int64_t waitTimeoutMs, std::unique_ptr<Stream>* out);
+[[nodiscard]] Status makeOwnedStream(int64_t waitTimeoutMs, int device,
+                                     std::unique_ptr<Stream>* out);
 // A non-owning wrapper of a created stream, found by its native handle.
 // ncclInvalidArgument (WARN) for an unknown handle.
 [[nodiscard]] Status wrapStreamHandle(void* handle, int64_t waitTimeoutMs,
                                       std::unique_ptr<Stream>* out);
 // The synchronous stream: every operation runs inline in the caller.
-std::unique_ptr<Stream> makeSyncStream(int64_t waitTimeoutMs);
+std::unique_ptr<Stream> makeSyncStream(int64_t waitTimeoutMs, int device);
 
 // Polls *addr (acquire loads) until `c` holds against `value` (Geq is the
 // cyclic comparison (int64_t)(*addr - value) >= 0, as in CUDA), spinning

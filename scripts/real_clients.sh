@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The real-client suite on a 2-GPU device machine: PyTorch's parallelism APIs
+# (scripts/real_clients/clients.py) and nccl-tests with -g 2, each under
+# NVIDIA's NCCL (torch's wheel) and under Ferry, in the same call. Results:
+# $OUT/clients.md (one table, every case x mode) and the raw logs.
+#
+# Usage: scripts/real_clients.sh FERRY_BUILD_DIR [stages...]
+#   stages: torch      clients.py in every mode of $CLIENT_MODES
+#           nccltests  every *_perf binary of $NCCL_TESTS_DIR, both libraries
+#           hangdiag   one pipelining schedule under Ferry with P2P tracing;
+#                      after $DIAG_WAIT s, native stacks of both ranks (cuda-gdb)
+#           summary    the tables (always last)
+# Modes: nccl-lazy nccl-eager (NVIDIA's NCCL), ferry-lazy ferry-eager (Ferry,
+# SM-free default), kernel-lazy kernel-eager (Ferry, NCCL_PASS_SM=0); lazy is
+# torch's default module loading, eager is CUDA_MODULE_LOADING=EAGER.
+set -uo pipefail
+b=$(cd "$1" && pwd)
+shift
+stages=${*:-torch nccltests summary}
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$PWD/device-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+nccl=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl", "lib", "libnccl.so.2"))')
+[ -f "$nccl" ] || { echo "NVIDIA's NCCL not found at $nccl"; exit 1; }
+ferry=$b/libnccl.so.2
+[ -f "$ferry" ] || { echo "no Ferry library at $ferry"; exit 1; }
+modes=${CLIENT_MODES:-nccl-lazy ferry-lazy kernel-lazy nccl-eager ferry-eager kernel-eager}
+cases=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking}
+schedules=${CLIENT_SCHEDULES:-GPipe,1F1B,Interleaved1F1B,LoopedBFS,InterleavedZeroBubble,ZBVZeroBubble,DualPipeV}
+ntsrc=${NCCL_TESTS_SRC:-$here/../.nccl-tests}  # a fetched snapshot, never committed
+ntdir=/tmp/nccl-tests-build
+ntargs=${NT_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1 -n 10 -w 3}
+
+# Environment of one mode, as "VAR=value ..." for env(1).
+mode_env() {
+  local e=""
+  case $1 in
+  ferry-*) e="LD_PRELOAD=$ferry" ;;
+  kernel-*) e="LD_PRELOAD=$ferry NCCL_PASS_SM=0" ;;
+  esac
+  case $1 in *-eager) e="$e CUDA_MODULE_LOADING=EAGER" ;; esac
+  echo "$e"
+}
+
+torchrun_clients() {  # mode, extra clients.py args...
+  local mode=$1 expect=ferry
+  shift
+  case $mode in nccl-*) expect=nccl ;; esac
+  env $(mode_env "$mode") timeout ${CLIENT_TIMEOUT:-420} python3 -m torch.distributed.run \
+    --nproc-per-node 2 "$here/real_clients/clients.py" --tag "$mode" --expect $expect "$@"
+}
+
+for s in $stages; do
+  echo "=== $s ($(date +%T))"
+  case $s in
+  torch)
+    for m in $modes; do
+      t0=$(date +%s)
+      torchrun_clients "$m" --cases "$cases" --schedules "$schedules" >"$out/clients-$m.log" 2>&1
+      echo "$m: exit $? in $(($(date +%s) - t0)) s; $(grep -c '"ok": true' "$out/clients-$m.log") ok," \
+        "$(grep -c '"ok": false' "$out/clients-$m.log") failed"
+      grep -E '"ok": false|Traceback|Error' "$out/clients-$m.log" | head -4 | cut -c1-300
+    done
+    ;;
+  nccltests)
+    # Built here against NVIDIA's own headers (torch's wheel), as users build it.
+    # (the wheel ships libnccl.so.2 only: the link step needs a libnccl.so).
+    if [ ! -x "$ntdir/all_reduce_perf" ]; then
+      h=/tmp/nccl-home
+      mkdir -p $h/lib && ln -sfn "$(dirname "$(dirname "$nccl")")/include" $h/include &&
+        ln -sf "$nccl" $h/lib/libnccl.so && ln -sf "$nccl" $h/lib/libnccl.so.2
+      make -C "$ntsrc/src" -j 32 BUILDDIR="$ntdir" DSO=1 NCCL_HOME=$h \
+        CUDA_HOME=/usr/local/cuda NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
+        >"$out/nt-build.log" 2>&1 || { tail -20 "$out/nt-build.log"; exit 1; }
+    fi
+    for bin in "$ntdir"/*_perf; do
+      op=$(basename "$bin" _perf)
+      for lib in nccl ferry; do
+        dir=$(dirname "$nccl")
+        [ $lib = ferry ] && dir=$b
+        log="$out/nt-$op-$lib.log"
+        LD_LIBRARY_PATH=$dir:$ntdir/verifiable LD_PRELOAD=$dir/libnccl.so.2 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+          timeout ${NT_TIMEOUT:-120} "$bin" $ntargs >"$log" 2>&1
+        python3 "$here/real_clients/parse_nccl_tests.py" "nccltests-$lib" "$op" "$log" $? >>"$out/nt-results.log"
+      done
+      tail -2 "$out/nt-results.log" | cut -c1-160
+    done
+    ;;
+  hangdiag)
+    m=${DIAG_MODE:-ferry-lazy}
+    NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=P2P,INIT CLIENT_TIMEOUT=300 torchrun_clients "$m" \
+      --cases pipe --schedules "${DIAG_SCHEDULE:-1F1B}" --case-timeout 280 >"$out/hangdiag-$m.log" 2>&1 &
+    sleep ${DIAG_WAIT:-30}
+    if grep -q '"case": "pipe' "$out/hangdiag-$m.log"; then
+      echo "no hang: $(grep -c '"ok": true' "$out/hangdiag-$m.log") ok"
+    else
+      for pid in $(pgrep -f "clients.py --tag"); do
+        tr '\0' ' ' </proc/$pid/cmdline | grep -q "torch.distributed.run" && continue
+        [ "$(cat /proc/$pid/comm 2>/dev/null)" = "python3" ] || continue
+        echo "--- pid $pid"
+        timeout 60 cuda-gdb -p $pid -batch -ex "thread apply all bt 25" 2>&1 |
+          grep -E "^Thread|^#" | grep -vE "in (syscall|__futex|futex_|pthread_cond|__GI_|poll|epoll)" |
+          cut -c1-220 | head -120
+      done
+    fi
+    pkill -f "clients.py --tag"
+    wait
+    grep -E "RESULT|CASE|WARN|Traceback" "$out/hangdiag-$m.log" | head -20 | cut -c1-300
+    grep -E "TRACE|INFO" "$out/hangdiag-$m.log" | tail -30 | cut -c1-250
+    ;;
+  summary)
+    cat "$out"/clients-*.log "$out/nt-results.log" 2>/dev/null >"$out/all-results.log"
+    python3 "$here/real_clients/summarize.py" "$out/all-results.log" | tee "$out/clients.md"
+    ;;
+  esac
+done

@@ -1,0 +1,401 @@
+"""Real-client suite: PyTorch's own parallelism APIs over whichever
+libnccl.so.2 the process loaded (device machine only).
+
+Launched by scripts/real_clients.sh once per (library, mode), e.g.
+  LD_PRELOAD=$PWD/build/libnccl.so.2 torchrun --nproc-per-node 2 \
+      scripts/real_clients/clients.py --tag ferry-lazy --expect ferry
+Every case uses fresh random data, poisons outputs first where it owns them,
+and checks results against a reference computed independently (a one-GPU
+model, or values derived from the sender's identity). Each rank prints one
+"RESULT {json}" line per case; summarize.py merges ranks and runs into a table.
+A case that runs past --case-timeout dumps every Python stack and ends the
+process (a hang is a failure, never a stuck suite).
+
+Cases: pipe.<Schedule> (torch.distributed.pipelining, 2 ranks, shapes
+inferred at run time, losses of 3 SGD steps checked against the same model
+on one GPU, then step time), fsdp2 (fully_shard, Adam, losses checked against
+a one-GPU model), ddp (gradients checked), a2a (uneven all_to_all_single,
+MoE-dispatch sized, new tensors every iteration), batch (batch_isend_irecv
+ring), blocking (send/recv in pipeline order).
+"""
+import argparse
+import copy
+import ctypes
+import faulthandler
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+H = 4096            # hidden size
+MB_ROWS = 2048      # rows per micro-batch: 2048 x 4096 bf16 = 16 MiB activations
+N_MB = 8            # micro-batches per step
+CHECK_STEPS = 3     # steps whose losses are compared with the reference
+TIME_STEPS = 10     # timed steps after those
+LR = 0.05
+
+SINGLE = ["GPipe", "1F1B"]
+LOOPED = ["Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble"]
+V_SHAPED = ["ZBVZeroBubble", "DualPipeV"]
+
+
+def library_in_use() -> str:
+    """Ferry exports ncclFerry* extensions; NVIDIA's NCCL does not."""
+    try:
+        getattr(ctypes.CDLL(None), "ncclFerryCommPeerStats")
+        return "ferry"
+    except AttributeError:
+        return "nccl"
+
+
+class Reporter:
+    def __init__(self, rank: int, tag: str, lib: str):
+        self.rank, self.tag, self.lib = rank, tag, lib
+
+    def emit(self, case: str, ok, **fields):
+        rec = {"case": case, "rank": self.rank, "tag": self.tag, "lib": self.lib, "ok": ok}
+        rec.update(fields)
+        print("RESULT " + json.dumps(rec), flush=True)
+
+
+def sync_max(value: float, device) -> float:
+    t = torch.tensor([value], device=device, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def seeded(seed: int, *shape, dtype=torch.float32, device="cpu") -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
+
+
+# ---- pipelining ----------------------------------------------------------------
+
+
+def stage_module(index: int, seed: int) -> nn.Module:
+    torch.manual_seed(seed * 100 + index)
+    return nn.Sequential(nn.Linear(H, H), nn.GELU(), nn.Linear(H, H), nn.GELU()).to(torch.bfloat16)
+
+
+def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(out.float(), target.float())
+
+
+def stages_of(name: str, rank: int, world: int):
+    if name in SINGLE:
+        return world, [rank]
+    if name in V_SHAPED:
+        return 2 * world, [rank, 2 * world - 1 - rank]
+    return 2 * world, [rank, rank + world]
+
+
+def pipe_batch(seed: int, step: int, device):
+    x = seeded(seed * 1000 + step, N_MB * MB_ROWS, H, dtype=torch.bfloat16, device=device)
+    y = seeded(seed * 1000 + step + 500, N_MB * MB_ROWS, H, dtype=torch.bfloat16, device=device)
+    return x, y
+
+
+def reference_losses(ref: nn.Module, opt, x, y):
+    """The same schedule's arithmetic on one GPU: per-micro-batch losses,
+    gradients scaled by 1/N_MB (the schedules' scale_grads), one SGD step."""
+    opt.zero_grad(set_to_none=True)
+    losses = []
+    for xs, ys in zip(x.chunk(N_MB), y.chunk(N_MB)):
+        loss = mse(ref(xs), ys)
+        (loss / N_MB).backward()
+        losses.append(loss.detach().float())
+    opt.step()
+    return torch.stack(losses)
+
+
+def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int):
+    from torch.distributed import pipelining as pp
+
+    case = f"pipe.{name}"
+    cls = getattr(pp, "Schedule" + name, None)
+    if cls is None:
+        rep.emit(case, None, skip=f"torch {torch.__version__} has no Schedule{name}")
+        return
+    nstages, mine = stages_of(name, rank, world)
+    mods = {s: stage_module(s, seed) for s in range(nstages)}
+    stages = [pp.PipelineStage(copy.deepcopy(mods[s]).to(device), s, nstages, device) for s in mine]
+    sched = cls(stages if name not in SINGLE else stages[0], n_microbatches=N_MB, loss_fn=mse,
+                scale_grads=True)
+    params = [p for st in stages for p in st.submod.parameters()]
+    opt = torch.optim.SGD(params, lr=LR)
+    first, last = 0 in mine, nstages - 1 in mine
+    ref = ref_opt = None
+    if last:
+        ref = nn.Sequential(*[copy.deepcopy(mods[s]) for s in range(nstages)]).to(device)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=LR)
+    worst = 0.0
+    ok = True
+    t0 = 0.0
+    for step in range(CHECK_STEPS + TIME_STEPS):
+        if step == CHECK_STEPS:
+            torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+        x, y = pipe_batch(seed, step, device)
+        losses = []
+        args = (x,) if first else ()
+        kwargs = {"target": y, "losses": losses} if last else {}
+        opt.zero_grad(set_to_none=True)
+        sched.step(*args, **kwargs)
+        opt.step()
+        if step < CHECK_STEPS and last:
+            got = torch.stack([l.detach().float().reshape(()) for l in losses])
+            want = reference_losses(ref, ref_opt, x, y)
+            rel = ((got - want).abs() / want.abs().clamp_min(1e-6)).max().item()
+            worst = max(worst, rel)
+            if not (rel < 2e-2) or len(losses) != N_MB:
+                ok = False
+                print(f"rank {rank}: {case} step {step}: losses {got.tolist()} "
+                      f"reference {want.tolist()}", flush=True)
+    torch.cuda.synchronize()
+    step_ms = (time.perf_counter() - t0) * 1000 / TIME_STEPS
+    step_ms = sync_max(step_ms, device)
+    fields = {"step_ms": round(step_ms, 3)}
+    if last:
+        fields["loss_rel_err"] = worst
+    rep.emit(case, ok, **fields)
+
+
+# ---- FSDP2 ---------------------------------------------------------------------
+
+
+def fsdp_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    layers = []
+    for _ in range(8):
+        layers += [nn.Linear(H, H), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def case_fsdp2(rep: Reporter, rank: int, world: int, device, seed: int):
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    base = fsdp_model(seed)
+    model = copy.deepcopy(base).to(device)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    ref = copy.deepcopy(base).to(device)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-4)
+    rows = 2048
+    losses, worst, ok, t0 = [], 0.0, True, 0.0
+    for step in range(5 + TIME_STEPS):
+        if step == 5:
+            torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+        xs = [seeded(seed + 7919 * step + r, rows, H, device=device) for r in range(world)]
+        ys = [seeded(seed + 7919 * step + r + 97, rows, H, device=device) for r in range(world)]
+        loss = mse(model(xs[rank]), ys[rank])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step < 5:
+            # FSDP averages gradients over ranks: the reference loss is the
+            # mean of every rank's loss on the full model.
+            ref_opt.zero_grad(set_to_none=True)
+            ref_losses = [mse(ref(xs[r]), ys[r]) for r in range(world)]
+            (sum(ref_losses) / world).backward()
+            ref_opt.step()
+            got, want = loss.item(), ref_losses[rank].item()
+            losses.append(got)
+            rel = abs(got - want) / max(abs(want), 1e-12)
+            worst = max(worst, rel)
+            if not rel < 1e-3:
+                ok = False
+                print(f"rank {rank}: fsdp2 step {step}: loss {got!r} reference {want!r}", flush=True)
+    torch.cuda.synchronize()
+    step_ms = sync_max((time.perf_counter() - t0) * 1000 / TIME_STEPS, device)
+    rep.emit("fsdp2", ok, step_ms=round(step_ms, 3), losses=losses, loss_rel_err=worst)
+
+
+# ---- DDP -----------------------------------------------------------------------
+
+
+def case_ddp(rep: Reporter, rank: int, world: int, device, seed: int):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(seed)
+    base = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024))
+    model = DDP(copy.deepcopy(base).to(device), device_ids=[device.index])
+    ref = copy.deepcopy(base).to(device)
+    ok, t0, worst = True, 0.0, 0.0
+    for step in range(3 + TIME_STEPS):
+        if step == 3:
+            torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+        xs = [seeded(seed + 31 * step + r, 512, 1024, device=device) for r in range(world)]
+        model.zero_grad(set_to_none=True)
+        model(xs[rank]).square().mean().backward()
+        if step < 3:
+            ref.zero_grad(set_to_none=True)
+            (sum(ref(x).square().mean() for x in xs) / world).backward()
+            for (n, p), q in zip(model.module.named_parameters(), ref.parameters()):
+                rel = ((p.grad - q.grad).norm() / q.grad.norm().clamp_min(1e-12)).item()
+                worst = max(worst, rel)
+                if not rel < 1e-4:
+                    ok = False
+                    print(f"rank {rank}: ddp step {step} {n}: rel err {rel}", flush=True)
+    torch.cuda.synchronize()
+    step_ms = sync_max((time.perf_counter() - t0) * 1000 / TIME_STEPS, device)
+    rep.emit("ddp", ok, step_ms=round(step_ms, 3), grad_rel_err=worst)
+
+
+# ---- all_to_all_single, uneven ---------------------------------------------------
+
+
+def a2a_block(src: int, dst: int, rows: int, cols: int, device) -> torch.Tensor:
+    """Block src -> dst: small integers, exact in bf16, unique per (src, dst)."""
+    r = torch.arange(rows, device=device).unsqueeze(1)
+    c = torch.arange(cols, device=device).unsqueeze(0)
+    return (((r * 3 + c) % 61) + 64 * src + 128 * dst).to(torch.bfloat16)
+
+
+def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
+    cols, iters, max_rows = 1024, 24, 70000
+    ok, times = True, []
+    g = torch.Generator().manual_seed(seed)
+    for it in range(iters):
+        split = torch.randint(0, max_rows + 1, (world, world), generator=g).tolist()
+        send_rows = split[rank]
+        recv_rows = [split[p][rank] for p in range(world)]
+        inp = torch.cat([a2a_block(rank, p, send_rows[p], cols, device) for p in range(world)])
+        out = torch.full((sum(recv_rows), cols), float("nan"), device=device, dtype=torch.bfloat16)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dist.all_to_all_single(out, inp, output_split_sizes=recv_rows, input_split_sizes=send_rows)
+        end.record()
+        end.synchronize()
+        if it >= 4:
+            times.append(start.elapsed_time(end))
+        want = torch.cat([a2a_block(p, rank, recv_rows[p], cols, device) for p in range(world)])
+        if not torch.equal(out, want):
+            ok = False
+            print(f"rank {rank}: a2a iteration {it} WRONG (splits {split})", flush=True)
+        del inp, out, want
+    times.sort()
+    med = sync_max(times[len(times) // 2], device)
+    rep.emit("a2a", ok, median_ms=round(med, 4), iters=iters, max_rows=max_rows)
+
+
+# ---- batch_isend_irecv and blocking send/recv ----------------------------------------
+
+
+def case_batch(rep: Reporter, rank: int, world: int, device, seed: int):
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    ok, fields = True, {}
+    for n in [1024, 256 << 10, 4 << 20, 64 << 20]:  # floats: 4 KiB .. 256 MiB
+        times = []
+        for it in range(8):
+            out = seeded(seed + 100 * rank + it, n, device=device)
+            inp = torch.full((n,), float("nan"), device=device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.irecv, inp, prv)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+            end.record()
+            end.synchronize()
+            if it >= 2:
+                times.append(start.elapsed_time(end))
+            if not torch.equal(inp, seeded(seed + 100 * prv + it, n, device=device)):
+                ok = False
+                print(f"rank {rank}: batch_isend_irecv {n * 4} B iteration {it} WRONG", flush=True)
+        times.sort()
+        fields[f"ms_{n * 4}B"] = round(sync_max(times[len(times) // 2], device), 4)
+    rep.emit("batch", ok, **fields)
+
+
+def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
+    """Pipeline order: rank r receives from r-1, then sends to r+1 (rank 0
+    starts), activations forward then gradients backward, new kernels in
+    between (the reduction below is launched once per iteration)."""
+    n, ok, times = 4 << 20, True, []
+    for it in range(6):
+        start = time.perf_counter()
+        act = seeded(seed + it, n, device=device) if rank == 0 else torch.full(
+            (n,), float("nan"), device=device)
+        if rank > 0:
+            dist.recv(act, rank - 1)
+        act = act * 1.5 + rank
+        if rank < world - 1:
+            dist.send(act, rank + 1)
+        grad = torch.full((n,), float("nan"), device=device) if rank < world - 1 else act.clone()
+        if rank < world - 1:
+            dist.recv(grad, rank + 1)
+        if rank > 0:
+            dist.send(grad * 0.5, rank - 1)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1000)
+        # Independent reference: what rank 0's gradient must be.
+        want = seeded(seed + it, n, device=device)
+        for r in range(world):
+            want = want * 1.5 + r
+        for _ in range(world - 1):
+            want = want * 0.5
+        if rank == 0 and not torch.allclose(grad, want, rtol=1e-6, atol=1e-5):
+            ok = False
+            print(f"rank 0: blocking send/recv iteration {it} WRONG", flush=True)
+    times.sort()
+    rep.emit("blocking", ok, median_ms=round(sync_max(times[len(times) // 2], device), 4))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tag", default="run")
+    ap.add_argument("--expect", choices=["ferry", "nccl", "any"], default="any")
+    ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking")
+    ap.add_argument("--schedules", default=",".join(SINGLE + LOOPED + V_SHAPED))
+    ap.add_argument("--case-timeout", type=float, default=240)
+    ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    a = ap.parse_args()
+    local = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    lib = library_in_use()
+    rep = Reporter(rank, a.tag, lib)
+    if a.expect != "any" and lib != a.expect:
+        rep.emit("library", False, error=f"expected {a.expect}, loaded {lib}")
+        sys.exit(1)
+    rep.emit("library", True, nccl_version=".".join(map(str, torch.cuda.nccl.version())),
+             torch=torch.__version__, loading=os.environ.get("CUDA_MODULE_LOADING", "(torch default)"),
+             seed=a.seed)
+    cases = []
+    for c in a.cases.split(","):
+        if c == "pipe":
+            cases += [("pipe." + s, lambda s=s: case_pipe(rep, s, rank, world, device, a.seed))
+                      for s in a.schedules.split(",")]
+        else:
+            fn = globals()["case_" + c]
+            cases.append((c, lambda fn=fn: fn(rep, rank, world, device, a.seed)))
+    for name, run in cases:
+        print(f"CASE {name} start (rank {rank})", flush=True)
+        faulthandler.dump_traceback_later(a.case_timeout, exit=True)
+        try:
+            run()
+        except Exception as e:  # a failed case is reported; the next one still runs
+            rep.emit(name, False, error=f"{type(e).__name__}: {e}"[:500])
+        faulthandler.cancel_dump_traceback_later()
+        print(f"CASE {name} end (rank {rank})", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Merges the RESULT lines of real-client runs (clients.py, nccl-tests) into
+one markdown table per suite. Usage: summarize.py LOG... > table.md
+
+A case passes in a run when every rank reported ok; a rank that never
+reported (crash, hang, watchdog) makes it fail. Times are the slowest rank's.
+Columns are runs (their --tag), in the order the logs were given.
+"""
+import json
+import sys
+from collections import OrderedDict
+
+
+def load(paths):
+    runs = OrderedDict()  # tag -> case -> list of records
+    for path in paths:
+        with open(path, errors="replace") as f:
+            for line in f:
+                i = line.find("RESULT {")
+                if i < 0:
+                    continue
+                try:
+                    rec = json.loads(line[i + len("RESULT "):])
+                except json.JSONDecodeError:
+                    continue
+                runs.setdefault(rec["tag"], OrderedDict()).setdefault(rec["case"], []).append(rec)
+    return runs
+
+
+def verdict(recs, ranks):
+    if any(r.get("skip") for r in recs):
+        return "skip"
+    if len({r["rank"] for r in recs}) < ranks or any(r["ok"] is False for r in recs):
+        return "FAIL"
+    return "ok"
+
+
+METRICS = ["step_ms", "median_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
+           "busbw_max", "wrong"]
+
+
+def cell(recs, ranks):
+    v = verdict(recs, ranks)
+    parts = [v]
+    for m in METRICS:
+        vals = [r[m] for r in recs if m in r]
+        if vals:
+            parts.append(f"{m}={max(vals)}")
+    errs = [r["error"] for r in recs if r.get("error")]
+    if errs:
+        parts.append("(" + errs[0][:80] + ")")
+    return " ".join(parts)
+
+
+def main():
+    runs = load(sys.argv[1:])
+    if not runs:
+        print("no RESULT lines found")
+        return 1
+    ranks = max(len({r["rank"] for recs in cases.values() for r in recs}) for cases in runs.values())
+    cases = OrderedDict()
+    for c in runs.values():
+        for name in c:
+            cases[name] = True
+    tags = list(runs)
+    print("| case | " + " | ".join(tags) + " |")
+    print("|---|" + "---|" * len(tags))
+    failed = 0
+    for name in cases:
+        row = []
+        for t in tags:
+            recs = runs[t].get(name)
+            if recs is None:
+                row.append("missing")
+                failed += 1
+                continue
+            c = cell(recs, ranks)
+            failed += c.startswith("FAIL")
+            row.append(c)
+        print(f"| {name} | " + " | ".join(row) + " |")
+    # FSDP2: the same losses under every library in the same loading mode.
+    fsdp = {t: runs[t]["fsdp2"][0].get("losses") for t in tags
+            if "fsdp2" in runs[t] and runs[t]["fsdp2"][0].get("losses")}
+    if len(fsdp) > 1:
+        base_tag = next(iter(fsdp))
+        for t, l in fsdp.items():
+            d = max(abs(a - b) for a, b in zip(l, fsdp[base_tag]))
+            print(f"\nfsdp2 losses {t} vs {base_tag}: max |diff| {d:.3g}"
+                  f"{' (bit for bit)' if l == fsdp[base_tag] else ''}")
+    print(f"\n{failed} failing cell(s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
