@@ -58,7 +58,8 @@ for s in $stages; do
   torch)
     for m in $modes; do
       t0=$(date +%s)
-      torchrun_clients "$m" --cases "$cases" --schedules "$schedules" >"$out/clients-$m.log" 2>&1
+      torchrun_clients "$m" --cases "$cases" --schedules "$schedules" \
+        --case-timeout ${CLIENT_CASE_TIMEOUT:-240} >"$out/clients-$m.log" 2>&1
       echo "$m: exit $? in $(($(date +%s) - t0)) s; $(grep -c '"ok": true' "$out/clients-$m.log") ok," \
         "$(grep -c '"ok": false' "$out/clients-$m.log") failed"
       grep -E '"ok": false|Traceback|Error' "$out/clients-$m.log" | head -4 | cut -c1-300

@@ -69,8 +69,11 @@ def sync_max(value: float, device) -> float:
 
 
 def seeded(seed: int, *shape, dtype=torch.float32, device="cpu") -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
+    """Reproducible on every rank (same seed, same generator kind), drawn
+    where it is used: CPU generation of 100M-element batches would dominate
+    the step times."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(*shape, generator=g, device=device).to(dtype=dtype)
 
 
 # ---- pipelining ----------------------------------------------------------------

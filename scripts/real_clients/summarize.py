@@ -13,16 +13,18 @@ from collections import OrderedDict
 def load(paths):
     runs = OrderedDict()  # tag -> case -> list of records
     for path in paths:
+        decoder = json.JSONDecoder()
         with open(path, errors="replace") as f:
             for line in f:
-                i = line.find("RESULT {")
-                if i < 0:
-                    continue
-                try:
-                    rec = json.loads(line[i + len("RESULT "):])
-                except json.JSONDecodeError:
-                    continue
-                runs.setdefault(rec["tag"], OrderedDict()).setdefault(rec["case"], []).append(rec)
+                # Two ranks' lines may share a line of the log: take each.
+                start = 0
+                while (i := line.find("RESULT {", start)) >= 0:
+                    try:
+                        rec, end = decoder.raw_decode(line, i + len("RESULT "))
+                    except json.JSONDecodeError:
+                        break
+                    start = end
+                    runs.setdefault(rec["tag"], OrderedDict()).setdefault(rec["case"], []).append(rec)
     return runs
 
 

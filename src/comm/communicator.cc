@@ -90,9 +90,25 @@ Status Communicator::initSteps(const ncclUniqueId& id) {
   return ncclSuccess;
 }
 
+// Peers driven by this same process (ncclCommInitAll, several GPUs per
+// process) are reached through plain pointers: kernels and copies need
+// peer access to their devices. Enabled once; already enabled is fine.
+Status Communicator::enableSameProcessPeers() {
+  for (size_t p = 0; p < topology_.peers.size(); ++p) {
+    if (topology_.links[p] != PeerLink::SameProcess) continue;
+    int peerDevice = -1;
+    FERRY_CHECK(runtime_->deviceByBusId(topology_.peers[p].busId, &peerDevice));
+    bool can = false;
+    FERRY_CHECK(runtime_->canAccessPeer(device_, peerDevice, &can));
+    if (can) FERRY_CHECK(runtime_->enablePeerAccess(peerDevice));
+  }
+  return ncclSuccess;
+}
+
 Status Communicator::initP2p(const ncclUniqueId& id) {
+  FERRY_CHECK(enableSameProcessPeers());
   std::shared_ptr<Proxy> proxy;
-  FERRY_CHECK(Proxy::acquire(runtime_, params_.getInt(ParamId::ProxySpinUs), &proxy));
+  FERRY_CHECK(Proxy::acquire(runtime_, &proxy));
   P2pSetupContext ctx;
   ctx.runtime = runtime_;
   ctx.bootstrap = bootstrap_.get();

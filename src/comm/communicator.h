@@ -92,6 +92,7 @@ class Communicator {
  private:
   [[nodiscard]] Status initSteps(const ncclUniqueId& id);
   [[nodiscard]] Status initP2p(const ncclUniqueId& id);
+  [[nodiscard]] Status enableSameProcessPeers();
   void publishInitResult(Status s);
 
   const Params params_;

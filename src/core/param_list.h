@@ -43,30 +43,20 @@
   X(P2pDisable, "NCCL_P2P_DISABLE", Int, "0",                                                     \
     "1: never use peer GPU memory (P2P/IPC); same-host peers then use host shared memory (SHM).")  \
   X(ShmDisable, "NCCL_SHM_DISABLE", Int, "0", "1: never use the host shared-memory transport.")    \
-  X(P2pChunkBytes, "FERRY_P2P_CHUNK_BYTES", Int, "1M",                                             \
-    "Bytes per FIFO slot of an SM-free connection (one copy-engine copy per chunk).")              \
-  X(P2pSlots, "FERRY_P2P_SLOTS", Int, "8", "FIFO slots per SM-free connection (2..64).")          \
   X(P2pZeroCopy, "FERRY_P2P_ZERO_COPY", Int, "1",                                                  \
-    "1: write straight into the receiver's buffer when it can be mapped (one copy per byte).")    \
+    "1: the side that arrives second copies straight from or into the first side's buffer when "  \
+    "it can be mapped (one copy per byte); 0: always through a staging block (two copies).")     \
   X(P2pSelfCopy, "FERRY_P2P_SELF_COPY", Int, "1",                                                 \
     "1: a group's sends to self and receives from self (e.g. all-to-all's own block) become one " \
     "stream-ordered copy each when they pair up one to one; 0: through the proxy like any peer.") \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
     "(a one-thread spin kernel), auto (kernel on CUDA: memop waits block other streams' kernels on H200).")     \
-  X(P2pStreamWait, "FERRY_P2P_STREAM_WAIT", Int, "1",                                              \
-    "1: with memop user waits and eager module loading, a zero-copy send's copy stream waits for " \
-    "the receiver on the GPU (back-to-back messages pipeline); 0: the proxy polls instead.")     \
   X(P2pStageSends, "FERRY_P2P_STAGE_SENDS", String, "auto",                                        \
-    "1: a send first copies its payload to a staging buffer on its own stream and never waits "  \
-    "for the receiver; 0: never; auto: on CUDA under lazy module loading (deadlock-free there).") \
-  X(P2pStagePieceBytes, "FERRY_P2P_STAGE_PIECE_BYTES", Int, "32M",                                \
-    "Staged sends copy their payload in pieces of at least this size (at most 8 pieces); the "   \
-    "transfer of a piece starts as soon as it is staged.")                                       \
-  X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "200",                                                \
-    "Microseconds the proxy spins on waiting operations before backing off to short sleeps.")     \
+    "1: a send whose receiver is not ready yet copies its payload to a staging block on its own " \
+    "stream and never waits for the receiver; 0: never; auto: on CUDA under lazy module loading.") \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
-    "Seconds a point-to-point operation may wait for its peer before failing (0: no limit).")   \
+    "Seconds an SM-free message may wait for its peer before failing (0: no limit).")           \
   X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "2M",                                 \
     "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
     "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \

@@ -1,26 +1,32 @@
 // The SM-free point-to-point engine of one communicator: owns its
-// connections (transport/), turns a group's send/recv tasks into proxy
-// operations, and orders them against the user's streams with zero SMs:
-//   start:  a ready event is recorded on the user stream; the proxy's copy
-//           stream waits on it (a GPU-side dependency, no host polling)
-//           before touching the user's buffer. Zero-copy receives also
-//           write recvReady from the user stream (a stream memory op).
-//   self:   a group's sends to self and receives from self that pair up one
-//           to one (equal sizes, in call order, nothing earlier unmatched)
-//           skip all of this: each pair is one copy on the receive's stream,
-//           ordered against the send's stream by events (FERRY_P2P_SELF_COPY).
-//   finish: the user stream waits until the connection's completion word
-//           (sendDone / zcDone / fifoDone) reaches the operation's count.
-//           With cuStreamWaitValue64 (zero SMs) when modules load eagerly;
-//           under lazy module loading (CUDA's and PyTorch's default) with a
-//           one-thread spin kernel, because a stream blocked in a host-word
-//           wait stalls the lazy load of any kernel in the process, which
-//           can deadlock a program that launches a new kernel before posting
-//           the receive that would release the wait (DESIGN.md, measured).
+// connections (transport/), and turns a group's send/recv tasks into copy
+// engine copies and stream flags, all submitted inside the call by the
+// calling thread (protocol and the reason: transport/ctrl_block.h).
+//
+// Per message, the side that arrives second copies (a push by a second
+// sender, a pull by a second receiver) on its connection's stream; the first
+// side's user stream marks when its bytes or buffer are ready and waits for
+// the copy. Per group and user stream, the work is laid out as
+//   1. staging copies (a send whose bytes the peer must read from a staging
+//      block), then the first side's `ready` flags -- or the flags first
+//      when no receive buffer of the group overlaps a staged send's source;
+//   2. an event marking that point, which the group's copies wait for;
+//   3. the copies this rank makes as the second side, each on its
+//      connection's stream (and, where the peer's `ready` is not yet seen
+//      by the CPU, after a GPU wait for it);
+//   4. the user stream's waits: for its own copies (events), and, as the
+//      first side, until the peer's copy has landed (`done`).
+// User-stream waits on flags use a one-thread spin kernel on CUDA
+// (FERRY_USER_WAIT=auto; a stream wait-value keeps other streams' kernels
+// from running on H200, NOTES.md trap 16), or cuStreamWaitValue64 (memop).
+// Sends to self and receives from self that pair up one to one in a group
+// skip all of this: each pair is one copy on the receive's stream, ordered
+// against the send's stream by events (FERRY_P2P_SELF_COPY).
 //
 // Threading: launch() is called by the thread that owns the communicator;
-// the proxy thread runs the operations. Lifetime: shutdown() must run before
-// destruction; after it no operation of this engine remains anywhere.
+// the proxy thread only watches messages (proxy/p2p_watch.h). Lifetime:
+// shutdown() must run before destruction; after it no message of this
+// engine remains anywhere.
 #pragma once
 
 #include <functional>
@@ -31,8 +37,9 @@
 #include <vector>
 
 #include "core/params.h"
-#include "proxy/proxy.h"
+#include "enqueue/peer_memory.h"
 #include "enqueue/staging.h"
+#include "proxy/proxy.h"
 #include "transport/connection.h"
 #include "transport/setup.h"
 
@@ -46,6 +53,9 @@ struct P2pTask {
   void* stream = nullptr;  // the user's stream handle (cudaStream_t)
 };
 
+// Whether two tasks' byte ranges overlap.
+bool overlaps(const P2pTask& a, const P2pTask& b);
+
 class P2pEngine {
  public:
   ~P2pEngine();
@@ -55,8 +65,8 @@ class P2pEngine {
 
   // Enqueues one group's tasks of this communicator, in call order.
   [[nodiscard]] Status launch(const std::vector<P2pTask>& tasks);
-  // Waits for (or, with abort, drops) every operation, then lets the copy
-  // streams drain. Idempotent.
+  // Waits for (or, with abort, drops) every message, then lets the copy
+  // streams and user-stream waits drain. Idempotent.
   [[nodiscard]] Status shutdown(bool abort, int64_t timeoutMs);
 
   bool reaches(int peer, bool send) const;
@@ -69,65 +79,67 @@ class P2pEngine {
   std::string describeCounters() const;
 
  private:
+  struct Op;
+  using Streams = std::vector<std::unique_ptr<rt::Stream>>;
   P2pEngine() = default;
-  [[nodiscard]] Status streamFor(void* handle, std::vector<void*>& handles,
-                                 std::vector<std::unique_ptr<rt::Stream>>& streams, size_t* index);
+  [[nodiscard]] Status streamFor(void* handle, std::vector<void*>& handles, Streams& streams,
+                                 size_t* index);
   [[nodiscard]] Status userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word,
                                 uint64_t value);
   [[nodiscard]] Status newEvent(std::shared_ptr<rt::Event>* out);
-  // Enqueues `tasks` through the proxy; afterPost (if any) runs once they are
-  // posted, before the user streams' waits for them.
   [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks,
                                       const std::function<Status()>& afterPost);
+  // Phase A: claims every message of the launch (in call order).
+  [[nodiscard]] Status claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& ops);
+  [[nodiscard]] Status claimOne(const P2pTask& task, bool overlapsReceive, Op& op);
+  [[nodiscard]] Status describeFirst(const P2pTask& task, Op& op, PostInfo* info);
+  [[nodiscard]] Status reachPeerBytes(const P2pTask& task, Op& op);
+  void failClaimed(std::vector<Op>& ops, Status s);
+  // Phases 1-4 of the header comment.
+  [[nodiscard]] Status markReady(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                                 Streams& streams, std::vector<std::shared_ptr<rt::Event>>* starts);
+  [[nodiscard]] Status stageSends(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                                  Streams& streams, size_t stream);
+  [[nodiscard]] Status copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                                    const std::vector<std::shared_ptr<rt::Event>>& starts);
+  [[nodiscard]] Status waitForPeers(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                                    Streams& streams);
+  void postWatches(const std::vector<Op>& ops);
+  StagingPool& poolFor(const ConnectionBase& conn);
+  PeerRef peerRef(int peer) const;
   using SelfPair = std::pair<size_t, size_t>;  // (send, receive) indices of a group
   [[nodiscard]] Status selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs);
   [[nodiscard]] Status copySelfPairs(const std::vector<P2pTask>& tasks,
                                      const std::vector<SelfPair>& pairs);
   // Work queued on `later` from now on runs after what `earlier` holds now.
   [[nodiscard]] Status orderAfter(rt::Stream& later, rt::Stream& earlier);
-  void countTask(const P2pTask& t);
-  [[nodiscard]] Status makeRecvOp(const P2pTask& task, rt::Stream& stream, P2pOp* op);
-  [[nodiscard]] Status takeStaging(const std::vector<P2pTask>& tasks, std::vector<void*>* staged);
-  static bool receivesOverlapStaged(const std::vector<P2pTask>& tasks,
-                                    const std::vector<void*>& staged);
-  [[nodiscard]] Status issueStaging(const std::vector<P2pTask>& tasks,
-                                    std::vector<std::unique_ptr<rt::Stream>>& streams,
-                                    const std::vector<size_t>& streamOf,
-                                    const std::vector<void*>& staged,
-                                    std::vector<std::vector<std::shared_ptr<rt::Event>>>* pieces);
-  [[nodiscard]] Status stageSend(const P2pTask& task, rt::Stream& stream, void* block,
-                                 std::vector<std::shared_ptr<rt::Event>>* events);
+  void countTask(const P2pTask& t, bool zeroCopy);
+  [[nodiscard]] bool waitFences(int64_t timeoutMs);
 
   rt::Runtime* runtime_ = nullptr;
   std::shared_ptr<Proxy> proxy_;
   std::atomic<Status>* asyncError_ = nullptr;
+  const std::atomic<bool>* abortFlag_ = nullptr;
   P2pState state_;
   int myRank_ = -1;
   int device_ = -1;
+  uint64_t commKey_ = 0;
+  int64_t rpcTimeoutMs_ = 120000;
   bool spinWait_ = false;
-  bool streamWaitsPeer_ = false;
-  bool zeroCopy_ = true;
-  bool selfCopy_ = true;     // FERRY_P2P_SELF_COPY
-  bool stageSends_ = false;  // see staging.h
-  uint64_t stagePiece_ = 0;  // FERRY_P2P_STAGE_PIECE_BYTES
-  int64_t opTimeoutNs_ = 0;  // FERRY_P2P_TIMEOUT
-  std::unique_ptr<StagingPool> staging_;
+  bool zeroCopy_ = true;                     // FERRY_P2P_ZERO_COPY
+  bool selfCopy_ = true;                     // FERRY_P2P_SELF_COPY
+  bool stageSends_ = false;                  // see staging.h
+  int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
+  std::unique_ptr<StagingPool> devicePool_;  // P2P connections
+  std::unique_ptr<StagingPool> hostPool_;    // SHM connections
   bool shutDown_ = false;
-  // Ready events, reused once the proxy has issued the wait on them.
+  // Events, reused once every stream operation that captured one was issued.
   std::mutex eventMu_;
   std::vector<std::unique_ptr<rt::Event>> freeEvents_;
   // One event per user stream and launch, recorded after that stream's waits
   // on our control words: the words (and their host registration) must stay
   // mapped until every such wait has executed, even after an abort.
   std::vector<std::shared_ptr<rt::Event>> fences_;
-  // Per peer: the last recvReady write (an event after it, and its stream),
-  // so writes from different user streams land in order (makeRecvOp).
-  struct ReadyWriter {
-    std::shared_ptr<rt::Event> event;
-    void* stream = nullptr;
-  };
-  std::vector<ReadyWriter> readyWriters_;
-  [[nodiscard]] bool waitFences(int64_t timeoutMs);
 };
 
 }  // namespace ferry

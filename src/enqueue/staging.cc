@@ -1,52 +1,141 @@
 #include "enqueue/staging.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "enqueue/rendezvous.h"
 
 namespace ferry {
 
-uint64_t stagePieceBytes(uint64_t bytes, uint64_t minPiece) {
-  constexpr uint64_t kAlign = uint64_t{64} << 10;
-  uint64_t piece = (bytes + kMaxStagePieces - 1) / kMaxStagePieces;
-  piece = (piece + kAlign - 1) / kAlign * kAlign;
-  piece = std::max(piece, minPiece);
-  return std::max<uint64_t>(std::min(piece, bytes), 1);
+struct StagingPool::Block {
+  std::unique_ptr<rt::DeviceMemory> device;            // device blocks
+  std::unique_ptr<SharedRegion> shared;                // host blocks
+  std::unique_ptr<rt::HostRegistration> registration;  // host blocks
+  char* ptr = nullptr;                                 // what this process's copies use
+  uint64_t size = 0;
+  uint64_t key = 0;  // RPC resource key (host blocks)
+  // In use until: (ctrl, seq) is done, or `event` completes; neither: free.
+  bool busy = false;
+  CtrlBlock* ctrl = nullptr;
+  uint64_t seq = 0;
+  std::shared_ptr<rt::Event> event;
+};
+
+StagingPool::StagingPool(rt::Runtime* runtime, bool hostShared, RpcServer* rpc, uint64_t commKey)
+    : runtime_(runtime), hostShared_(hostShared), rpc_(rpc), commKey_(commKey) {}
+
+StagingPool::~StagingPool() {
+  clear();
+}
+
+char* StagingPool::data(const Block* b) {
+  return b->ptr;
 }
 
 void StagingPool::reclaim() {
-  for (Block& b : blocks_) {
-    // Acquire: the copy out of the block finished before sendDone was written.
-    if (b.conn != nullptr && b.conn->ctrl.ctrl->sendDone.load() > b.seq) b.conn = nullptr;
+  for (auto& b : blocks_) {
+    if (!b->busy) continue;
+    // Acquire (messageDone, Event::query): the copies that used the block
+    // finished before the flag was written or the event completed.
+    bool free = b->ctrl != nullptr ? messageDone(*b->ctrl, b->seq)
+                                   : (b->event && b->event->query() == ncclSuccess);
+    if (free) {
+      b->busy = false;
+      b->ctrl = nullptr;
+      b->event.reset();
+    }
   }
 }
 
-Status StagingPool::take(uint64_t bytes, SendConnection* conn, uint64_t seq, void** out) {
-  reclaim();
-  Block* best = nullptr;
-  for (Block& b : blocks_) {
-    if (b.conn == nullptr && b.memory->size() >= bytes &&
-        (best == nullptr || b.memory->size() < best->memory->size())) {
-      best = &b;
-    }
+Status StagingPool::grow(uint64_t bytes, Block** out) {
+  // Whole 2 MiB multiples: CUDA offers legacy IPC handles only for
+  // allocations that own their 2 MiB chunks (NOTES.md trap 9), and sizes
+  // recur so blocks get reused.
+  constexpr uint64_t kChunk = uint64_t{2} << 20;
+  uint64_t size = kChunk;
+  while (size < bytes) size <<= 1;
+  auto b = std::make_unique<Block>();
+  b->size = size;
+  if (hostShared_) {
+    FERRY_CHECK(SharedRegion::create(size, "ferry-stage", &b->shared));
+    FERRY_CHECK(runtime_->registerHost(b->shared->data(), b->shared->size(), &b->registration));
+    b->ptr = static_cast<char*>(b->registration->devicePtr());
+    b->key = stagingResourceKey(nextKey_++);
+    FERRY_CHECK(rpc_->addResource(commKey_, b->key, b->shared->fd(), b->shared->size()));
+  } else {
+    FERRY_CHECK(runtime_->allocDevice(size, &b->device));
+    b->ptr = static_cast<char*>(b->device->ptr());
   }
-  if (best == nullptr) {
-    // Round up to a power of two (at least 1 MiB) so sizes recur and blocks are reused.
-    uint64_t size = uint64_t{1} << 20;
-    while (size < bytes) size <<= 1;
-    Block b;
-    FERRY_CHECK(runtime_->allocDevice(size, &b.memory));
-    totalBytes_ += size;
-    FERRY_INFO(kLogP2p | kLogAlloc, "staging grew by %llu bytes to %llu (staged sends)",
-               static_cast<unsigned long long>(size), static_cast<unsigned long long>(totalBytes_));
-    blocks_.push_back(std::move(b));
-    best = &blocks_.back();
-  }
-  best->conn = conn;
-  best->seq = seq;
-  *out = best->memory->ptr();
+  totalBytes_ += size;
+  FERRY_INFO(kLogP2p | kLogAlloc, "staging grew by %llu bytes to %llu (%s)",
+             static_cast<unsigned long long>(size), static_cast<unsigned long long>(totalBytes_),
+             hostShared_ ? "host shared memory, SHM connections" : "device memory");
+  blocks_.push_back(std::move(b));
+  *out = blocks_.back().get();
   return ncclSuccess;
 }
 
+Status StagingPool::describe(const Block& b, PostInfo* info) {
+  memset(info, 0, sizeof(*info));
+  info->allocSize = b.size;
+  info->offset = 0;
+  info->localPtr = reinterpret_cast<uint64_t>(b.ptr);
+  info->staged = 1;
+  if (hostShared_) {
+    info->kind = static_cast<uint32_t>(PostKind::Resource);
+    info->allocId = b.key;
+    return ncclSuccess;
+  }
+  rt::AllocationInfo a;
+  FERRY_CHECK(runtime_->describeAllocation(b.ptr, b.size, &a));
+  if (!a.mappable) {
+    FERRY_FAIL(ncclInternalError, "staging block %p (%llu bytes) cannot be shared with peers",
+               static_cast<void*>(b.ptr), static_cast<unsigned long long>(b.size));
+  }
+  info->kind = static_cast<uint32_t>(PostKind::Ipc);
+  info->ipcType = static_cast<uint32_t>(a.ipc.type);
+  info->allocId = a.allocId;
+  info->allocSize = a.size;
+  info->offset = reinterpret_cast<uint64_t>(b.ptr) - a.base;
+  memcpy(info->ipc, a.ipc.bytes, sizeof(info->ipc));
+  return ncclSuccess;
+}
+
+Status StagingPool::take(uint64_t bytes, Block** out, PostInfo* info) {
+  reclaim();
+  Block* best = nullptr;
+  for (auto& b : blocks_) {
+    if (!b->busy && b->size >= bytes && (best == nullptr || b->size < best->size)) best = b.get();
+  }
+  if (best == nullptr) FERRY_CHECK(grow(bytes, &best));
+  FERRY_CHECK(describe(*best, info));
+  info->bytes = bytes;
+  best->busy = true;
+  *out = best;
+  return ncclSuccess;
+}
+
+void StagingPool::releaseWhenDone(Block* b, CtrlBlock* ctrl, uint64_t seq) {
+  b->ctrl = ctrl;
+  b->seq = seq;
+  b->event.reset();
+}
+
+void StagingPool::releaseAfter(Block* b, std::shared_ptr<rt::Event> event) {
+  b->ctrl = nullptr;
+  b->event = std::move(event);
+}
+
+void StagingPool::release(Block* b) {
+  b->busy = false;
+  b->ctrl = nullptr;
+  b->event.reset();
+}
+
 void StagingPool::clear() {
+  for (auto& b : blocks_) {
+    if (b->key != 0 || (hostShared_ && b->shared)) rpc_->removeResource(commKey_, b->key);
+  }
   blocks_.clear();
   totalBytes_ = 0;
 }

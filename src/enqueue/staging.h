@@ -1,57 +1,76 @@
-// Staging buffers for sends that must complete without their receiver.
+// Staging blocks: memory the peer can map, standing in for a buffer it
+// cannot (transport/ctrl_block.h). Used by the side that is FIRST for a
+// message when
+//   - a send must not wait for its receiver (lazy module loading: the send's
+//     bytes are copied into a block on the user's stream and the receiver
+//     pulls them from there whenever it comes),
+//   - its own buffer cannot be mapped by the peer (pageable-registered,
+//     pinned host, cuMem or pool memory), or
+//   - the connection is SHM (peers cannot reach each other's GPU memory:
+//     blocks live in host shared memory and both sides copy through them).
+// A block is returned to the pool once its message no longer needs it:
+// when the message's copy has landed (done >= gen, read from the control
+// block) or when an event after the last local use has completed.
 //
-// Under lazy module loading, any GPU-side wait that is pending on a user
-// stream (a spin kernel or a stream wait on a host word) blocks the first
-// launch of every not-yet-loaded kernel in the process until the wait ends
-// (measured on 2x H200, driver 580: both kinds block). A send whose user
-// stream waits for its receiver therefore deadlocks a program that launches
-// a new kernel between posting a send and posting the receive the peer needs
-// first. A staged send never waits: the user stream copies the payload into
-// a staging block of this process's device memory (a copy-engine copy on
-// the user's stream), and the proxy moves it to the peer from there. It costs
-// one local copy per byte (HBM, ~5x faster than NVLink) and staging memory
-// that grows to the largest sends in flight.
-//
-// Threading: used by the thread that owns the communicator only. Blocks are
-// recycled once the connection's sendDone shows their message left.
+// Threading: used by the thread that owns the communicator only.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "proxy/rpc.h"
 #include "runtime/runtime.h"
-#include "transport/connection.h"
+#include "transport/ctrl_block.h"
+#include "transport/shared_memory.h"
 
 namespace ferry {
 
-// Bytes per staging piece of a `bytes` message: at least `minPiece`, and at
-// most kMaxStagePieces pieces (each piece costs an event record on the user's
-// thread and a copy issue on the proxy's). Multiple of 64 KiB unless the
-// message is one piece.
-constexpr uint64_t kMaxStagePieces = 8;
-uint64_t stagePieceBytes(uint64_t bytes, uint64_t minPiece);
-
 class StagingPool {
  public:
-  explicit StagingPool(rt::Runtime* runtime) : runtime_(runtime) {}
+  struct Block;
 
-  // A block of at least `bytes` for message `seq` on `conn`.
-  [[nodiscard]] Status take(uint64_t bytes, SendConnection* conn, uint64_t seq, void** out);
-  // Returns blocks whose messages have left (sendDone passed their seq).
-  void reclaim();
-  // Drops every block (after the proxy and the copy streams are idle).
+  // Device blocks (P2P connections): cudaMalloc'd (or host-runtime device)
+  // memory offered by IPC handle. Host blocks (SHM connections): memfd
+  // shared memory, registered with the runtime, offered through `rpc` under
+  // (commKey, key).
+  StagingPool(rt::Runtime* runtime, bool hostShared, RpcServer* rpc, uint64_t commKey);
+  ~StagingPool();
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+
+  // A free block of at least `bytes`; *info describes it for the peer
+  // (kind, size, how to map it; offset 0).
+  [[nodiscard]] Status take(uint64_t bytes, Block** out, PostInfo* info);
+  // The address this process copies to and from.
+  static char* data(const Block* b);
+  // Free once message `seq` of `ctrl` is done.
+  void releaseWhenDone(Block* b, CtrlBlock* ctrl, uint64_t seq);
+  // Free once `event` has completed.
+  void releaseAfter(Block* b, std::shared_ptr<rt::Event> event);
+  // Free now (taken but never used).
+  void release(Block* b);
+  // Drops every block (after every stream that may use one has drained).
   void clear();
 
  private:
-  struct Block {
-    std::unique_ptr<rt::DeviceMemory> memory;
-    SendConnection* conn = nullptr;  // in flight on this connection, or null when free
-    uint64_t seq = 0;
-  };
+  void reclaim();
+  [[nodiscard]] Status grow(uint64_t bytes, Block** out);
+  [[nodiscard]] Status describe(const Block& b, PostInfo* info);
+
   rt::Runtime* runtime_;
-  std::vector<Block> blocks_;
+  bool hostShared_;
+  RpcServer* rpc_;
+  uint64_t commKey_;
+  std::vector<std::unique_ptr<Block>> blocks_;
   uint64_t totalBytes_ = 0;
+  uint64_t nextKey_ = 0;
 };
+
+// RPC resource key of a host staging block (bit 62 set: never a connection
+// or collective-region key).
+inline uint64_t stagingResourceKey(uint64_t block) {
+  return (uint64_t{1} << 62) | block;
+}
 
 }  // namespace ferry

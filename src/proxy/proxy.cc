@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "enqueue/rendezvous.h"
+
 namespace ferry {
 namespace {
 
@@ -20,18 +22,29 @@ int64_t nowNs() {
       .count();
 }
 
+// Marks the connection failed for the peer too (first error wins).
+void reportToPeer(ConnectionBase& conn, Status s) {
+  uint64_t expected = 0;
+  // Release: the peer's acquire load of `error` sees a complete report.
+  conn.ctrl.ctrl->error.value.compare_exchange_strong(expected, static_cast<uint64_t>(s),
+                                                      std::memory_order_release);
+}
+
 }  // namespace
 
-Status Proxy::acquire(rt::Runtime* runtime, int64_t spinUs, std::shared_ptr<Proxy>* out) {
+void releaseWaits(const P2pWatch& w) {
+  MsgSlot& s = slotOf(*w.conn->ctrl.ctrl, w.seq);
+  // Release stores; the words are ones only this rank's streams wait on for
+  // this message (the peer writes them, or nobody will).
+  if (w.waitsDone) s.done.store(kReleased);
+  if (w.waitsReady) s.ready.store(kReleased);
+}
+
+Status Proxy::acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out) {
   std::lock_guard<std::mutex> lock(gProxyMu);
   *out = gProxy.lock();
   if (*out) return ncclSuccess;
   std::shared_ptr<Proxy> p(new Proxy());
-  p->spinUs_ = spinUs < 0 ? 0 : spinUs;
-  // On GPUs a sleeping proxy is latency on the critical path of every message
-  // that was posted early (a receive waiting for its send): sleep briefly.
-  // The host runtime runs many ranks on few cores (CI): sleep longer.
-  p->maxSleepUs_ = runtime->kind() == rt::RuntimeKind::Cuda ? 20 : 1000;
   rt::Runtime* host = runtime->kind() == rt::RuntimeKind::Host ? runtime : nullptr;
   FERRY_CHECK(RpcServer::create(host, &p->rpc_));
   p->wakeFd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -49,11 +62,6 @@ Proxy::~Proxy() {
   stop_.store(true, std::memory_order_release);
   wake();
   if (thread_.joinable()) thread_.join();
-  for (P2pOp* op : inbox_) delete op;
-  for (ConnectionBase* c : active_) {
-    for (P2pOp* op : c->queue) delete op;
-    c->queue.clear();
-  }
 }
 
 void Proxy::wake() {
@@ -62,25 +70,27 @@ void Proxy::wake() {
   (void)n;  // a full counter already means "wake up"
 }
 
-void Proxy::post(std::vector<P2pOp*> ops) {
-  if (ops.empty()) return;
+void Proxy::post(std::vector<P2pWatch> watches) {
+  if (watches.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (P2pOp* op : ops) {
+    const int64_t now = nowNs();
+    for (P2pWatch& w : watches) {
+      if (w.postedNs == 0) w.postedNs = now;
       auto it = std::find_if(counts_.begin(), counts_.end(),
-                             [op](const auto& c) { return c.first == op->owner; });
+                             [&w](const auto& c) { return c.first == w.owner; });
       if (it == counts_.end()) {
-        counts_.emplace_back(op->owner, 1);
+        counts_.emplace_back(w.owner, 1);
       } else {
         ++it->second;
       }
-      inbox_.push_back(op);
+      inbox_.push_back(std::move(w));
     }
   }
   wake();
 }
 
-size_t Proxy::pendingOps(const void* owner) {
+size_t Proxy::inFlight(const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& c : counts_) {
     if (c.first == owner) return c.second;
@@ -95,12 +105,11 @@ Status Proxy::detach(const void* owner, bool abort, int64_t timeoutMs) {
   }
   wake();
   int64_t deadline = nowNs() + timeoutMs * 1000000;
-  while (pendingOps(owner) > 0) {
+  while (inFlight(owner) > 0) {
     if (nowNs() > deadline) {
       FERRY_FAIL(ncclSystemError,
-                 "timed out after %lld ms waiting for %zu point-to-point "
-                 "operation(s) to finish",
-                 static_cast<long long>(timeoutMs), pendingOps(owner));
+                 "timed out after %lld ms waiting for %zu point-to-point message(s) to complete",
+                 static_cast<long long>(timeoutMs), inFlight(owner));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -108,125 +117,101 @@ Status Proxy::detach(const void* owner, bool abort, int64_t timeoutMs) {
 }
 
 void Proxy::takePosted() {
-  std::vector<P2pOp*> posted;
+  std::vector<P2pWatch> posted;
   std::vector<const void*> drops;
   {
     std::lock_guard<std::mutex> lock(mu_);
     posted.swap(inbox_);
     drops.swap(dropRequests_);
   }
-  for (P2pOp* op : posted) {
-    ConnectionBase* conn = op->kind == P2pOp::Kind::Send ? static_cast<ConnectionBase*>(op->send)
-                                                         : static_cast<ConnectionBase*>(op->recv);
-    conn->queue.push_back(op);
-    if (std::find(active_.begin(), active_.end(), conn) == active_.end()) active_.push_back(conn);
-  }
+  for (P2pWatch& w : posted) watches_.push_back(std::move(w));
   for (const void* owner : drops) dropOwner(owner);
 }
 
-// Completion bookkeeping for one finished (or dropped) operation.
-static void forget(std::vector<std::pair<const void*, size_t>>& counts, const void* owner) {
-  for (auto& c : counts) {
-    if (c.first == owner && c.second > 0) --c.second;
+// Counts a finished (or dropped) message out. Last: detach() returns once
+// an owner's count is zero, and its caller then frees the engine and its
+// connections, so the watch (and its mapping) must be gone by then.
+void Proxy::forget(const P2pWatch& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : counts_) {
+    if (c.first == w.owner && c.second > 0) --c.second;
   }
 }
 
-// Finished (or dropped) operations are counted out last: detach() returns as
-// soon as an owner's count reaches zero and its caller then frees the engine
-// and its connections, so by then the proxy must hold no pointer to them (the
-// connections have left active_, the operations are deleted).
-void Proxy::retire(std::vector<P2pOp*>& done) {
-  active_.erase(std::remove_if(active_.begin(), active_.end(),
-                               [](ConnectionBase* c) { return c->queue.empty(); }),
-                active_.end());
-  // Deleted before they are counted out: deleting one may return its ready
-  // event to its engine's pool, and the engine may be freed once the count is 0.
-  std::vector<const void*> owners;
-  for (P2pOp* op : done) {
-    owners.push_back(op->owner);
-    delete op;
+void Proxy::failConnection(ConnectionBase* conn, Status s) {
+  if (conn->failed.load() == ncclSuccess) {
+    conn->failed.store(s);
+    FERRY_WARN("point-to-point connection with peer %d failed: %s", conn->peer, statusString(s));
   }
-  done.clear();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const void* owner : owners) forget(counts_, owner);
+  reportToPeer(*conn, s);
+  std::vector<P2pWatch> failed;
+  auto mine = [conn](const P2pWatch& w) { return w.conn == conn; };
+  std::copy_if(watches_.begin(), watches_.end(), std::back_inserter(failed), mine);
+  watches_.erase(std::remove_if(watches_.begin(), watches_.end(), mine), watches_.end());
+  for (P2pWatch& w : failed) {
+    releaseWaits(w);
+    Status expected = ncclSuccess;
+    // Release: a user thread reading the async error (acquire) sees it.
+    if (w.asyncError != nullptr) {
+      w.asyncError->compare_exchange_strong(expected, s, std::memory_order_release);
+    }
+    w.mapping.reset();
+    forget(w);
+  }
 }
 
 void Proxy::dropOwner(const void* owner) {
-  std::vector<P2pOp*> done;
-  for (ConnectionBase* conn : active_) {
-    bool touched = false;
-    for (auto it = conn->queue.begin(); it != conn->queue.end();) {
-      if ((*it)->owner != owner) {
-        ++it;
-        continue;
-      }
-      touched = true;
-      done.push_back(*it);
-      it = conn->queue.erase(it);
-    }
-    if (touched) releaseConnectionWaits(*conn);
-  }
-  retire(done);
-}
-
-void Proxy::failConnection(ConnectionBase& conn, Status s, std::vector<P2pOp*>& done) {
-  conn.failed = s;
-  FERRY_WARN(
-      "point-to-point connection with peer %d failed: %s; failing its %zu pending "
-      "operation(s)",
-      conn.peer, statusString(s), conn.queue.size());
-  releaseConnectionWaits(conn);
-  for (P2pOp* op : conn.queue) {
-    Status expected = ncclSuccess;
-    if (op->asyncError != nullptr) {
-      // Release: a user thread reading the async error (acquire) sees it.
-      op->asyncError->compare_exchange_strong(expected, s, std::memory_order_release);
-    }
-    done.push_back(op);
-  }
-  conn.queue.clear();
-}
-
-// An operation waiting on its peer longer than FERRY_P2P_TIMEOUT fails
-// (measured from when it reached the head of its connection's queue).
-bool Proxy::timedOut(P2pOp& op) {
-  if (op.timeoutNs <= 0) return false;
-  int64_t now = nowNs();
-  if (op.startNs == 0) op.startNs = now;
-  if (now - op.startNs <= op.timeoutNs) return false;
-  FERRY_WARN(
-      "%s peer %d timed out after %lld s (message %llu, %llu bytes): the peer never "
-      "posted the matching %s (FERRY_P2P_TIMEOUT)",
-      op.kind == P2pOp::Kind::Send ? "send to" : "receive from",
-      op.kind == P2pOp::Kind::Send ? op.send->peer : op.recv->peer,
-      static_cast<long long>(op.timeoutNs / 1000000000), static_cast<unsigned long long>(op.seq),
-      static_cast<unsigned long long>(op.bytes), op.kind == P2pOp::Kind::Send ? "receive" : "send");
-  return true;
-}
-
-bool Proxy::progressAll() {
-  bool any = false;
-  std::vector<P2pOp*> done;
-  for (ConnectionBase* conn : active_) {
-    while (!conn->queue.empty()) {
-      P2pOp* op = conn->queue.front();
-      bool progressed = false;
-      Status s = conn->failed != ncclSuccess ? conn->failed : progressOp(*op, &progressed);
-      any = any || progressed;
-      if (s == ncclInProgress && !timedOut(*op)) break;
-      if (s == ncclInProgress) s = ncclSystemError;
-      if (s != ncclSuccess) {
-        failConnection(*conn, s, done);
-        any = true;
-        break;
-      }
-      conn->queue.pop_front();
-      done.push_back(op);
-      any = true;
+  std::vector<ConnectionBase*> conns;
+  for (const P2pWatch& w : watches_) {
+    if (w.owner == owner && std::find(conns.begin(), conns.end(), w.conn) == conns.end()) {
+      conns.push_back(w.conn);
     }
   }
-  retire(done);
-  return any;
+  // Aborted with messages in flight: the peer learns it from `error`.
+  for (ConnectionBase* c : conns) failConnection(c, ncclRemoteError);
+}
+
+void Proxy::checkWatches(bool checkPeers) {
+  const int64_t now = nowNs();
+  for (size_t i = 0; i < watches_.size();) {
+    P2pWatch& w = watches_[i];
+    ConnectionBase* conn = w.conn;
+    CtrlBlock& ctrl = *conn->ctrl.ctrl;
+    Status fail = conn->failed.load();
+    if (fail == ncclSuccess && messageDone(ctrl, w.seq)) {
+      w.mapping.reset();
+      forget(w);
+      watches_.erase(watches_.begin() + static_cast<long>(i));
+      continue;
+    }
+    uint64_t e = ctrl.error.load();
+    if (fail == ncclSuccess && e != 0) {
+      FERRY_WARN("peer %d reported a failure on this connection: %s", conn->peer,
+                 statusString(static_cast<Status>(e)));
+      fail = ncclRemoteError;
+    }
+    if (fail == ncclSuccess && checkPeers && conn->peerLink != nullptr &&
+        conn->peerLink->peerClosed()) {
+      FERRY_WARN("peer %d's process is gone", conn->peer);
+      fail = ncclRemoteError;
+    }
+    if (fail == ncclSuccess && w.timeoutNs > 0 && now - w.postedNs > w.timeoutNs) {
+      FERRY_WARN(
+          "%s peer %d timed out after %lld s (message %llu): the peer %s (FERRY_P2P_TIMEOUT)",
+          conn->isSend ? "send to" : "receive from", conn->peer,
+          static_cast<long long>(w.timeoutNs / 1000000000), static_cast<unsigned long long>(w.seq),
+          messageMatched(ctrl, w.seq) ? "never completed it"
+                                      : (conn->isSend ? "never posted the matching receive"
+                                                      : "never posted the matching send"));
+      fail = ncclSystemError;
+    }
+    if (fail == ncclSuccess) {
+      ++i;
+      continue;
+    }
+    failConnection(conn, fail);  // removes every watch of conn
+    i = 0;
+  }
 }
 
 void Proxy::sleepUntilWork(int timeoutMs) {
@@ -240,50 +225,19 @@ void Proxy::sleepUntilWork(int timeoutMs) {
   (void)n;
 }
 
-// A dead peer process closes its end of our RPC link: fail its connections
-// now rather than waiting for a timeout.
-void Proxy::checkPeers() {
-  std::vector<P2pOp*> done;
-  for (ConnectionBase* conn : active_) {
-    if (conn->failed == ncclSuccess && conn->peerLink != nullptr && conn->peerLink->peerClosed()) {
-      failConnection(*conn, ncclRemoteError, done);
-    }
-  }
-  retire(done);
-}
-
 void Proxy::loop() {
-  int64_t lastCheckNs = 0;
-  int64_t idleSinceNs = 0;
-  int64_t sleepUs = 0;
+  int64_t lastPeerCheckNs = 0;
   // Acquire: pairs with the release store in ~Proxy.
   while (!stop_.load(std::memory_order_acquire)) {
     takePosted();
     rpc_->serve();
-    bool progressed = progressAll();
     int64_t t = nowNs();
-    if (t - lastCheckNs > 10000000) {  // every 10 ms
-      checkPeers();
-      lastCheckNs = t;
-    }
-    if (active_.empty()) {
-      sleepUntilWork(50);
-      idleSinceNs = 0;
-      sleepUs = 0;
-      continue;
-    }
-    if (progressed) {
-      idleSinceNs = 0;
-      sleepUs = 0;
-      continue;
-    }
-    int64_t now = nowNs();
-    if (idleSinceNs == 0) idleSinceNs = now;
-    if (now - idleSinceNs < spinUs_ * 1000) continue;  // spin: lowest latency
-    // Waiting on peers for a while: back off, doubling from 5 us to the cap.
-    sleepUs = sleepUs == 0 ? 5 : std::min<int64_t>(sleepUs * 2, maxSleepUs_);
-    std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+    bool peers = t - lastPeerCheckNs > 10000000;  // every 10 ms
+    if (peers) lastPeerCheckNs = t;
+    checkWatches(peers);
+    sleepUntilWork(watches_.empty() ? 50 : 1);
   }
+  for (P2pWatch& w : watches_) w.mapping.reset();
 }
 
 }  // namespace ferry

@@ -1,19 +1,19 @@
 // SM-free point-to-point connections (DESIGN.md layer 5): per peer, one
 // SendConnection (this rank -> peer) and one RecvConnection (peer -> this
-// rank), each with a control block in host shared memory (ctrl_block.h), a
-// FIFO of chunk slots in the receiver's memory, and the proxy's own stream.
+// rank), each with a control block in host shared memory (ctrl_block.h) and
+// a copy stream of this rank's device on which the side that arrives second
+// for a message copies it.
 //
-// Ownership: the Communicator owns its P2pConnections; the proxy thread reads
-// and writes the "proxy state" fields of a connection only while it holds
-// posted operations of that communicator, and the communicator detaches from
-// the proxy before it frees connections. "User state" fields are touched only
-// by the thread that owns the communicator (enqueue).
+// Ownership: the Communicator owns its P2pConnections. The user thread that
+// owns the communicator claims messages and submits their work; the proxy
+// thread reads the control block and `failed`, and writes `failed` and the
+// words this rank waits on when a connection fails, only while it watches
+// messages of that communicator (the communicator detaches from the proxy
+// before it frees connections).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,8 +25,6 @@
 #include "transport/shared_memory.h"
 
 namespace ferry {
-
-struct P2pOp;
 
 enum class TransportId : uint32_t { None = 0, P2p = 1, Shm = 2 };
 const char* transportName(TransportId id);
@@ -54,48 +52,30 @@ struct CtrlMapping {
 struct ConnectionBase {
   bool isSend = false;  // SendConnection (this rank sends) or RecvConnection
   int peer = -1;
-  int device = -1;  // this rank's device (the proxy selects it before issuing)
+  int device = -1;  // this rank's device
   TransportId transport = TransportId::None;
   bool samePeerProcess = false;
-  uint32_t nslots = 0;
-  uint64_t chunkBytes = 0;
+  std::string peerProxy;  // the peer process's RPC name (its identity)
   CtrlMapping ctrl;
-  std::unique_ptr<rt::Stream> stream;  // the proxy's copy stream
+  std::unique_ptr<rt::Stream> stream;  // copies this rank makes as the second side
   PeerCounters counters;
   // User state: sequence number of the next message enqueued.
   uint64_t nextSeq = 0;
-  // Proxy state: posted operations in order, the chunk counter, and the
-  // first failure (after which every operation on the connection fails).
-  std::deque<P2pOp*> queue;
-  uint64_t chunks = 0;
-  Status failed = ncclSuccess;
+  // The first failure (proxy thread or user thread); every later message
+  // on the connection fails.
+  std::atomic<Status> failed{ncclSuccess};
   // The link to the peer process's proxy (not owned; null for peers in this
-  // process): its closing means the peer process died.
+  // process): its closing means the peer process died. Proxy thread only.
   RpcClient* peerLink = nullptr;
-};
-
-struct ZeroCopyMapping {
-  std::unique_ptr<rt::IpcMapping> mapping;
-  uint8_t handle[64] = {0};  // the IPC handle it was opened from
 };
 
 struct SendConnection : ConnectionBase {
   SendConnection() { isSend = true; }
-  char* peerFifo = nullptr;                     // the receiver's slots, as mapped here
-  std::unique_ptr<rt::IpcMapping> fifoMapping;  // when mapped from another process
-  std::unique_ptr<SharedRegion> fifoShared;     // SHM transport: host FIFO mapping
-  std::unique_ptr<rt::HostRegistration> fifoRegistration;
-  std::unique_ptr<RpcClient> rpc;  // to the peer process's proxy
-  // Proxy state: zero-copy mappings of the peer's allocations, by id.
-  std::map<uint64_t, ZeroCopyMapping> zeroCopyMaps;
+  std::unique_ptr<RpcClient> rpc;      // to the peer's proxy: setup, then the proxy's peerLink
+  std::unique_ptr<RpcClient> userRpc;  // to the peer's proxy: fetches by the user thread
 };
 
-struct RecvConnection : ConnectionBase {
-  std::unique_ptr<rt::DeviceMemory> fifoDevice;  // P2P transport
-  std::unique_ptr<SharedRegion> fifoShared;      // SHM transport
-  std::unique_ptr<rt::HostRegistration> fifoRegistration;
-  char* fifo = nullptr;  // address of slot 0 for this process's copies
-};
+struct RecvConnection : ConnectionBase {};
 
 // Every connection of one communicator (indexed by peer rank; the self
 // connection included; null where no transport reaches the peer).

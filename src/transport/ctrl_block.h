@@ -1,44 +1,50 @@
 // The control block of one SM-free connection (sender S -> receiver R): a
 // small region of host shared memory mapped by both processes and registered
-// with both runtimes, so CPUs (proxies) and GPU streams (stream memory
-// operations) of either side can read and write its words.
+// with both runtimes, so CPUs and GPU streams (stream memory operations,
+// wait kernels) of either side can read and write its words.
 //
-// Every counter is a 64-bit monotonic count (messages > 4 GiB and > 2^31
-// steps work; nothing wraps in practice). Each counter has exactly ONE
-// writer, named below, and lives on its own cache line.
+// Protocol (version 2, "the second to arrive copies"). Everything a message
+// needs on the GPU is submitted by the user's thread inside the API call
+// (ncclGroupEnd), never later by a proxy thread: a CUDA module or kernel load
+// may synchronize the whole context and wait for every pending stream wait
+// (CUDA documents this for lazy loading; NOTES.md trap 22), so a pending
+// wait that only a later submission could release deadlocks the process.
+// Here every pending wait is released by work the peer submitted in its own
+// call, exactly as with NCCL's kernels.
 //
-// Protocol for message k (k = 0, 1, ... per connection, the k-th send from S
-// to R matches the k-th recv of R from S, as in NCCL):
-//   R proxy:  fills rdv[k % kRdvSlots] (mode, bytes, where to write), then
-//             recvPosted = k+1 (CPU store, release: publishes rdv to S).
-//             It may do so only while k < rdvConsumed + kRdvSlots.
-//   R stream: (zero-copy only) recvReady = k+1 when R's user stream reaches
-//             the recv (stream write: everything before it on R's stream is
-//             complete, so S may now overwrite the receive buffer). Receives
-//             may sit on different user streams: a write from another stream
-//             than the previous write's first waits (event) for that one, so
-//             the word never moves backwards (P2pEngine::makeRecvOp).
-//   S proxy:  waits recvPosted > k (acquire), reads rdv, rdvConsumed = k+1
-//             (CPU store, release: the rdv slot may be reused).
-//   zero-copy: S stream copies sendbuff -> R's buffer, then writes
-//             zcDone = k+1 (R's user stream waits on it) and sendDone = k+1
-//             (S's user stream waits on it). Stream writes are ordered after
-//             the copy and carry a memory barrier: the data is visible first.
-//   FIFO:     for each chunk c (global chunk count of the connection):
-//             S waits tail_issued - head < nslots (head: acquire load),
-//             writes slotBytes[c % nslots] (CPU), S stream copies the chunk
-//             into R's slot, then writes tail = c+1.
-//             R waits tail > c (acquire), R stream copies slot -> recvbuff
-//             and writes head = c+1; after the last chunk of the message R
-//             stream writes fifoDone = k+1. S stream writes sendDone = k+1
-//             after its last chunk copy.
-//   R decides the mode of message k when the recv is enqueued, so its user
-//   stream waits on the one word that mode completes (zcDone or fifoDone).
-//   Two words, not one: a zero-copy message k+1 may land before the FIFO
-//   copy-out of message k, and one shared word would then release R's stream
-//   for k too early.
-//   errors:   either side stores a nonzero code in `error` (release); the
-//             other side's proxy fails the connection's pending ops.
+// The k-th send from S to R matches the k-th receive of R from S (k = 0, 1,
+// ...; NCCL's order). Message k uses slot[k % kMsgSlots]; gen = k + 1.
+//   claim: each side, in its call, publishes its own PostInfo (where its
+//     bytes are, how to map them) and then sets its bit in `claim` with
+//     generation gen (CPU atomics, acq_rel). The side that finds the other's
+//     bit already set for gen is SECOND: it reads the other's PostInfo; the
+//     other was FIRST. Exactly one side is first (the CAS decides).
+//   first: its user stream writes ready = gen once it reaches the operation
+//     (a first sender's bytes are in place; a first receiver's buffer may be
+//     overwritten from now on), then waits until done >= gen (a staged send
+//     does not wait: the peer reads the staging copy).
+//   second: it copies on its connection stream, after its own user stream
+//     reached the operation (event) and after ready >= gen (not waited for
+//     on the GPU when the CPU already sees it): a second sender pushes into
+//     the first receiver's buffer, a second receiver pulls from the first
+//     sender's. Then that stream writes done = gen; the user stream waits
+//     for the copy (event). Stream writes are ordered after the copy and
+//     carry a memory barrier: the bytes are visible before the flag.
+//   A buffer the peer cannot map (or an SHM connection, where peers cannot
+//   reach each other's GPU memory) is replaced by a staging block of the
+//   side that is first; the second side never needs staging for its own
+//   buffer, since it copies to or from it itself.
+//   reuse: slot j is claimed for gen only when its previous generation
+//     (gen - kMsgSlots) has both bits set (the second side read the info)
+//     and done >= gen - kMsgSlots (every GPU write of it has landed, so no
+//     late write can move ready or done backwards). Otherwise the caller
+//     waits (bounded by FERRY_P2P_TIMEOUT, honouring abort).
+//   errors: either side stores a nonzero code in `error` (release); the
+//     other side fails its pending operations and its next calls.
+// Writers: claim (both CPUs, atomic), sendInfo (S CPU), recvInfo (R CPU),
+// ready (the first side's user stream), done (the second side's copy
+// stream); on failure a side writes kReleased into the words only ITS OWN
+// streams wait on, never into words the peer waits on (NOTES.md trap 1).
 #pragma once
 
 #include <atomic>
@@ -48,9 +54,10 @@
 namespace ferry {
 
 constexpr uint64_t kCtrlMagic = 0x4665727279437472ULL;  // "FerryCtr"
-constexpr uint32_t kCtrlVersion = 1;
-constexpr int kMaxSlots = 64;
-constexpr int kRdvSlots = 32;
+constexpr uint32_t kCtrlVersion = 2;
+constexpr int kMsgSlots = 128;
+// A value >= every generation: written into a word to release its waiters.
+constexpr uint64_t kReleased = uint64_t{1} << 62;
 
 // Counters are read and written as 64-bit atomics by CPUs and as plain
 // 64-bit words by GPU stream memory operations; both are single-copy atomic
@@ -67,39 +74,46 @@ struct alignas(64) CtrlWord {
 static_assert(sizeof(CtrlWord) == 64);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters need lock-free atomics");
 
-enum class RdvMode : uint32_t { Fifo = 1, ZeroCopyIpc = 2, ZeroCopyLocal = 3 };
+// How the second side reaches the first side's bytes.
+enum class PostKind : uint32_t {
+  None = 0,
+  Local = 1,     // same process: `localPtr` is directly usable
+  Ipc = 2,       // map allocation `allocId` (ipcType, ipc) and add `offset`
+  Resource = 3,  // a staging block offered through the proxy RPC under `allocId`
+};
 
-// Where R wants message k written. Written by R's proxy before recvPosted.
-struct alignas(64) Rendezvous {
-  uint64_t seq;        // k
-  uint64_t bytes;      // R's receive size; S checks it equals its send size
-  uint32_t mode;       // RdvMode
-  uint32_t ipcType;    // rt::IpcDescriptor::Type of the allocation (ZeroCopyIpc)
-  uint64_t allocId;    // R's allocation id (ZeroCopyIpc: key of S's mapping cache)
-  uint64_t allocSize;  // size of that allocation
-  uint64_t offset;     // of the receive buffer inside the allocation
-  uint64_t localPtr;   // ZeroCopyLocal: the receive buffer itself (same process)
-  uint8_t ipc[64];     // the allocation's IPC handle bytes (ZeroCopyIpc, CUDA)
+// What the first side publishes about its bytes for one message.
+struct alignas(64) PostInfo {
+  uint64_t bytes;      // size; the two sides' sizes must be equal
+  uint32_t kind;       // PostKind
+  uint32_t ipcType;    // rt::IpcDescriptor::Type (Ipc)
+  uint64_t allocId;    // allocation id (Ipc) or resource key (Resource)
+  uint64_t allocSize;  // size of that allocation or block
+  uint64_t offset;     // of the bytes inside it
+  uint64_t localPtr;   // the bytes in the first side's process (Local)
+  uint32_t staged;     // 1: the bytes are in a staging block (counters)
+  uint32_t reserved;
+  uint8_t ipc[64];  // the allocation's IPC handle bytes (Ipc, CUDA)
+};
+static_assert(sizeof(PostInfo) == 128);
+
+constexpr uint64_t kClaimSender = 1;
+constexpr uint64_t kClaimReceiver = 2;
+
+struct MsgSlot {
+  CtrlWord claim;  // (gen << 2) | kClaimSender | kClaimReceiver
+  CtrlWord ready;  // gen: the first side's user stream reached the operation
+  CtrlWord done;   // gen: the second side's copy has landed
+  PostInfo sendInfo;
+  PostInfo recvInfo;
 };
 
 struct CtrlBlock {
   uint64_t magic;
   uint32_t version;
-  uint32_t nslots;
-  uint64_t chunkBytes;
-  // Written by S.
-  CtrlWord tail;                  // S stream
-  CtrlWord rdvConsumed;           // S proxy (CPU)
-  CtrlWord sendDone;              // S stream; S's user stream waits on it
-  CtrlWord zcDone;                // S stream; R's user stream waits on it (zero-copy messages)
-  CtrlWord error;                 // either side (CPU); first nonzero wins
-  uint64_t slotBytes[kMaxSlots];  // S proxy (CPU), before the chunk copy
-  // Written by R.
-  CtrlWord head;        // R stream
-  CtrlWord recvPosted;  // R proxy (CPU)
-  CtrlWord recvReady;   // R stream (zero-copy receives)
-  CtrlWord fifoDone;    // R stream; R's user stream waits on it (FIFO messages)
-  Rendezvous rdv[kRdvSlots];
+  uint32_t slots;
+  CtrlWord error;  // either side (CPU); first nonzero wins
+  MsgSlot slot[kMsgSlots];
 };
 
 }  // namespace ferry

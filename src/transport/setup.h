@@ -4,11 +4,13 @@
 // orders are exactly what deadlocks lazily connected libraries.
 //
 // Steps (collective over the communicator): every rank creates the receive
-// side of each connection (control block, FIFO) and offers the descriptors
-// through its proxy's RPC; the table of descriptors is all-gathered; every
-// rank maps the send side of each connection; a barrier; the offers are
-// withdrawn. The receiver picks the transport (P2P: FIFO in its device
-// memory; SHM: FIFO in host shared memory) so both sides always agree.
+// side of each connection (control block, copy stream) and offers the
+// control block through its proxy's RPC; the table of descriptors is
+// all-gathered; every rank maps the send side of each connection; a
+// barrier; the offers are withdrawn. The receiver picks the transport (P2P:
+// the second side copies straight between the two GPUs' memory; SHM: the
+// first side's bytes go through a staging block in host shared memory,
+// enqueue/staging.h) so both sides always agree.
 #pragma once
 
 #include <atomic>

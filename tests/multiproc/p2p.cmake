@@ -18,7 +18,7 @@ endforeach()
 ferry_p2p_test(p2p.stress.n4 4 stress)
 ferry_p2p_test(p2p.dtypes.n3 3 dtypes)
 ferry_p2p_test(p2p.unbatched.n2 2 unbatched)
-ferry_p2p_test(p2p.unbatched.n4 4 unbatched ENVIRONMENT FERRY_P2P_CHUNK_BYTES=256K)
+ferry_p2p_test(p2p.unbatched.n4 4 unbatched ENVIRONMENT FERRY_P2P_ZERO_COPY=0)
 ferry_p2p_test(p2p.mixes.n2 2 mixes)
 ferry_p2p_test(p2p.mixes.shm.n3 3 mixes ENVIRONMENT NCCL_P2P_DISABLE=1)
 ferry_p2p_test(p2p.abort.n2 2 abort)
@@ -63,21 +63,20 @@ target_link_libraries(mp_p2p_kill PRIVATE nccl)
 add_test(NAME p2p.peer_killed COMMAND $<TARGET_FILE:mp_p2p_kill>)
 set_tests_properties(p2p.peer_killed PROPERTIES LABELS multiproc TIMEOUT 120)
 
-# Staged sends (the lazy-loading-safe mode) on the host runtime, with staging
-# pieces small enough that messages span many (pipelined staging).
+# Staged sends (the lazy-loading-safe mode) on the host runtime.
 ferry_p2p_test(p2p.alltoall.staged.n3 3 alltoall)
 set_tests_properties(p2p.alltoall.staged.n3 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=4K")
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
 ferry_p2p_test(p2p.unbatched.staged.n2 2 unbatched ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 ferry_p2p_test(p2p.mixes.staged.n2 2 mixes)
 set_tests_properties(p2p.mixes.staged.n2 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=1")
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_ZERO_COPY=0")
 ferry_p2p_test(p2p.stress.staged.n3 3 stress)
 set_tests_properties(p2p.stress.staged.n3 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
 ferry_p2p_test(p2p.swap.staged.n2 2 swap)
 set_tests_properties(p2p.swap.staged.n2 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_STAGE_PIECE_BYTES=64K")
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
 # The send buffer overwritten on the send's stream right after a staged send.
 ferry_p2p_test(p2p.overwrite.staged.n2 2 overwrite ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 # Sends to self paired with receives from self in one group: one direct copy

@@ -1,0 +1,39 @@
+// P2pEngine's view of one message while its launch is being built (shared
+// by p2p_engine.cc and p2p_submit.cc; not for use elsewhere).
+#pragma once
+
+#include <memory>
+
+#include "enqueue/p2p_engine.h"
+
+namespace ferry {
+
+struct P2pEngine::Op {
+  ConnectionBase* conn = nullptr;
+  bool send = false;
+  size_t stream = 0;  // index into the launch's user streams
+  uint64_t seq = 0;
+  bool claimed = false;
+  bool first = false;
+  PostInfo peer{};  // second: where the first side's bytes are
+  // Staging: a first sender's or first receiver's stand-in buffer, or a
+  // second sender's copy of its bytes (the peer not ready yet, lazy loading).
+  StagingPool* pool = nullptr;
+  StagingPool::Block* block = nullptr;
+  // A send staged so that its stream never waits for the receiver (lazy
+  // module loading); other staging (unmappable buffers, SHM) still waits.
+  bool detached = false;
+  // Second: the first side's bytes, as this process addresses them.
+  char* remote = nullptr;
+  std::shared_ptr<PeerMapping> mapping;
+  bool gpuWaitReady = false;          // second: the peer's `ready` is not yet visible
+  std::shared_ptr<rt::Event> copied;  // second: recorded after the copy
+
+  uint64_t gen() const { return seq + 1; }
+  MsgSlot& slot() const { return ctrl().slot[seq % kMsgSlots]; }
+  CtrlBlock& ctrl() const { return *conn->ctrl.ctrl; }
+  // Whether this rank's user stream waits for the message.
+  bool userStreamWaits() const { return !detached; }
+};
+
+}  // namespace ferry

@@ -1,0 +1,219 @@
+// P2pEngine: what a launch submits to the streams once its messages are
+// claimed (phases 1-4 of p2p_engine.h), and sends to self paired with
+// receives from self.
+#include <algorithm>
+
+#include "enqueue/p2p_engine.h"
+#include "enqueue/p2p_engine_op.h"
+
+namespace ferry {
+// A staged send's bytes are copied into its block on the user's stream; as
+// the first side it then marks them ready for the peer to pull.
+Status P2pEngine::stageSends(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                             Streams& streams, size_t stream) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Op& op = ops[i];
+    if (op.stream != stream || !op.send || op.block == nullptr) continue;
+    rt::Stream& s = *streams[stream];
+    FERRY_CHECK(s.copyAsync(StagingPool::data(op.block), tasks[i].buffer, tasks[i].bytes));
+    // Stream write: ordered after the staging copy (and everything before it).
+    if (op.first) FERRY_CHECK(s.writeValue64(op.conn->ctrl.dev(op.slot().ready), op.gen()));
+  }
+  return ncclSuccess;
+}
+
+Status P2pEngine::markReady(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                            Streams& streams, std::vector<std::shared_ptr<rt::Event>>* starts) {
+  // A receive into a buffer that a staged send of the group reads: the
+  // staging copy goes first, or the peer could overwrite unread bytes.
+  bool stageFirst = false;
+  for (size_t i = 0; i < ops.size() && !stageFirst; ++i) {
+    if (!ops[i].send || ops[i].block == nullptr) continue;
+    for (size_t j = 0; j < ops.size() && !stageFirst; ++j) {
+      stageFirst = !tasks[j].isSend && overlaps(tasks[i], tasks[j]);
+    }
+  }
+  starts->assign(streams.size(), nullptr);
+  for (size_t s = 0; s < streams.size(); ++s) {
+    if (stageFirst) FERRY_CHECK(stageSends(tasks, ops, streams, s));
+    bool anySecond = false;
+    for (Op& op : ops) {
+      if (op.stream != s) continue;
+      anySecond = anySecond || !op.first;
+      if (!op.first || (op.send && op.block != nullptr)) continue;
+      // Stream write: everything before it on the user's stream is done, so
+      // the peer may now read the send's bytes or write the receive buffer.
+      FERRY_CHECK(streams[s]->writeValue64(op.conn->ctrl.dev(op.slot().ready), op.gen()));
+    }
+    if (!stageFirst) FERRY_CHECK(stageSends(tasks, ops, streams, s));
+    if (!anySecond) continue;
+    FERRY_CHECK(newEvent(&(*starts)[s]));
+    FERRY_CHECK((*starts)[s]->record(*streams[s]));
+  }
+  return ncclSuccess;
+}
+
+// This rank's copies as the second side, each on its connection's stream:
+// after the user's stream reached the group (event), after the first side
+// is ready (a GPU wait only if the CPU does not see its flag yet), then
+// `done` for the first side.
+Status P2pEngine::copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                               const std::vector<std::shared_ptr<rt::Event>>& starts) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Op& op = ops[i];
+    if (op.first) continue;
+    const P2pTask& t = tasks[i];
+    rt::Stream& c = *op.conn->stream;
+    FERRY_CHECK(c.waitEvent(*starts[op.stream]));
+    // Acquire: the first side's bytes are complete once its flag is seen.
+    op.gpuWaitReady = op.gpuWaitReady && op.slot().ready.load() < op.gen();
+    if (op.gpuWaitReady) FERRY_CHECK(userWait(c, op.conn->ctrl, op.slot().ready, op.gen()));
+    if (t.bytes > 0) {
+      char* mine = op.block != nullptr ? StagingPool::data(op.block) : static_cast<char*>(t.buffer);
+      FERRY_CHECK(op.send ? c.copyAsync(op.remote, mine, t.bytes)
+                          : c.copyAsync(mine, op.remote, t.bytes));
+    }
+    // Stream write: ordered after the copy, so the peer sees the bytes first.
+    FERRY_CHECK(c.writeValue64(op.conn->ctrl.dev(op.slot().done), op.gen()));
+    if (op.userStreamWaits()) {
+      FERRY_CHECK(newEvent(&op.copied));
+      FERRY_CHECK(op.copied->record(c));
+    }
+    FERRY_TRACE(kLogP2p, "%s peer %d: message %llu (%llu bytes) copied as the second side%s",
+                op.send ? "send to" : "recv from", t.peer, static_cast<unsigned long long>(op.seq),
+                static_cast<unsigned long long>(t.bytes),
+                op.gpuWaitReady ? " after a GPU wait for the peer" : "");
+  }
+  return ncclSuccess;
+}
+
+// The user streams' waits: for their own copies, and, as the first side,
+// for the peer's copy (then a staged receive's copy out of its block).
+Status P2pEngine::waitForPeers(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                               Streams& streams) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Op& op = ops[i];
+    rt::Stream& s = *streams[op.stream];
+    if (op.copied) FERRY_CHECK(s.waitEvent(*op.copied));
+    op.copied.reset();
+    if (op.first && op.userStreamWaits()) {
+      FERRY_CHECK(userWait(s, op.conn->ctrl, op.slot().done, op.gen()));
+    }
+    if (op.block == nullptr) continue;
+    if (op.send) {  // the peer (or our copy) reads the block until done
+      op.pool->releaseWhenDone(op.block, &op.ctrl(), op.seq);
+      continue;
+    }
+    FERRY_CHECK(s.copyAsync(tasks[i].buffer, StagingPool::data(op.block), tasks[i].bytes));
+    std::shared_ptr<rt::Event> out;
+    FERRY_CHECK(newEvent(&out));
+    FERRY_CHECK(out->record(s));
+    op.pool->releaseAfter(op.block, std::move(out));
+  }
+  return ncclSuccess;
+}
+
+void P2pEngine::postWatches(const std::vector<Op>& ops) {
+  std::vector<P2pWatch> watches;
+  watches.reserve(ops.size());
+  for (const Op& op : ops) {
+    P2pWatch w;
+    w.owner = this;
+    w.conn = op.conn;
+    w.seq = op.seq;
+    w.first = op.first;
+    w.waitsDone = op.first && op.userStreamWaits();
+    w.waitsReady = !op.first && op.gpuWaitReady;
+    w.mapping = op.mapping;
+    w.asyncError = asyncError_;
+    w.timeoutNs = opTimeoutNs_;
+    watches.push_back(std::move(w));
+  }
+  proxy_->post(std::move(watches));
+}
+
+namespace {
+
+// Whether pair (send s, receive r) may run as a copy beside the group's other
+// tasks: its destination touches no other buffer of the group, and its
+// source no buffer that another task writes (a pair whose two buffers are
+// the same range copies nothing).
+bool pairStandsAlone(const std::vector<P2pTask>& tasks, size_t s, size_t r) {
+  if (overlaps(tasks[s], tasks[r]) && tasks[s].buffer != tasks[r].buffer) return false;
+  for (size_t j = 0; j < tasks.size(); ++j) {
+    if (j == s || j == r) continue;
+    if (overlaps(tasks[r], tasks[j])) return false;
+    if (!tasks[j].isSend && overlaps(tasks[s], tasks[j])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// All of the group's self operations become copies, or none: the self
+// connection's in-order matching then stays what it would have been. Taken
+// only when nothing earlier is unmatched there (equal sequence counters), the
+// k-th self send and k-th self receive have equal sizes, no pair touches
+// another task's buffers, and the copies never block this thread.
+Status P2pEngine::selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs) {
+  pairs->clear();
+  if (!selfCopy_) return ncclSuccess;
+  std::vector<size_t> sends, recvs;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].peer == myRank_) (tasks[i].isSend ? sends : recvs).push_back(i);
+  }
+  if (sends.empty() || sends.size() != recvs.size()) return ncclSuccess;
+  const SendConnection* sc = state_.send[myRank_].get();
+  const RecvConnection* rc = state_.recv[myRank_].get();
+  if (sc != nullptr && rc != nullptr && sc->nextSeq != rc->nextSeq) return ncclSuccess;
+  std::vector<SelfPair> found;
+  for (size_t k = 0; k < sends.size(); ++k) {
+    const P2pTask& snd = tasks[sends[k]];
+    const P2pTask& rcv = tasks[recvs[k]];
+    if (snd.bytes != rcv.bytes || !pairStandsAlone(tasks, sends[k], recvs[k])) {
+      return ncclSuccess;
+    }
+    bool async = true;
+    if (snd.bytes > 0) FERRY_CHECK(runtime_->copyIsAsync(rcv.buffer, snd.buffer, &async));
+    if (!async) return ncclSuccess;
+    found.emplace_back(sends[k], recvs[k]);
+  }
+  *pairs = std::move(found);
+  return ncclSuccess;
+}
+
+Status P2pEngine::orderAfter(rt::Stream& later, rt::Stream& earlier) {
+  std::shared_ptr<rt::Event> mark;
+  FERRY_CHECK(newEvent(&mark));
+  FERRY_CHECK(mark->record(earlier));
+  return later.waitEvent(*mark);
+}
+
+// Each pair: the receive's stream waits for the send's stream to reach this
+// point (its data is written), copies, and the send's stream waits for the
+// copy (its buffer may be reused afterwards). Events only: no control word,
+// nothing that waits for a peer.
+Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
+                                const std::vector<SelfPair>& pairs) {
+  std::vector<void*> handles;
+  Streams streams;
+  for (const SelfPair& p : pairs) {
+    const P2pTask& snd = tasks[p.first];
+    const P2pTask& rcv = tasks[p.second];
+    size_t si = 0, ri = 0;
+    FERRY_CHECK(streamFor(snd.stream, handles, streams, &si));
+    FERRY_CHECK(streamFor(rcv.stream, handles, streams, &ri));
+    if (si != ri) FERRY_CHECK(orderAfter(*streams[ri], *streams[si]));
+    if (rcv.bytes > 0 && rcv.buffer != snd.buffer) {
+      FERRY_CHECK(streams[ri]->copyAsync(rcv.buffer, snd.buffer, rcv.bytes));
+    }
+    if (si != ri) FERRY_CHECK(orderAfter(*streams[si], *streams[ri]));
+    countTask(snd, false);
+    countTask(rcv, false);
+  }
+  FERRY_TRACE(kLogP2p, "self: %zu send/receive pairs copied on the receives' streams",
+              pairs.size());
+  return ncclSuccess;
+}
+
+}  // namespace ferry

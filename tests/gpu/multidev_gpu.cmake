@@ -1,0 +1,15 @@
+# One process driving both GPUs (ncclCommInitAll): the multi-device cases of
+# tests/multiproc/multidev_cases.cc on CUDA, lazy and eager module loading,
+# SM-free and kernel p2p. Skipped without 2 GPUs.
+function(ferry_gpu_multidev_test name case)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2 $<TARGET_FILE:mp_multidev> ${case} 2)
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "FERRY_RUNTIME=cuda;${ARGN}")
+endfunction()
+foreach(case coll p2p mixed nogroup)
+  ferry_gpu_multidev_test(gpu.multidev.${case} ${case})
+endforeach()
+ferry_gpu_multidev_test(gpu.multidev.p2p.eager p2p "CUDA_MODULE_LOADING=EAGER")
+ferry_gpu_multidev_test(gpu.multidev.p2p.kernel p2p "NCCL_PASS_SM=0")
+ferry_gpu_multidev_test(gpu.multidev.mixed.smfree mixed "FERRY_P2P_KERNEL_MAX_BYTES=0")

@@ -1,0 +1,29 @@
+# One process driving several devices (ncclCommInitAll; nccl-tests -g N,
+# JAX-style programs): groups spanning every communicator, every collective
+# and point-to-point operation, streams per device, a different device
+# current at every call (multidev_cases.cc). On the host runtime, which
+# enforces CUDA's device rules for streams, events and kernels.
+add_executable(mp_multidev ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/multidev_cases.cc
+                           ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/coll_util.cc
+                           ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/coll_ref.cc
+                           ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_util.cc)
+target_include_directories(mp_multidev PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
+target_link_libraries(mp_multidev PRIVATE ferry_test_buffers)
+if(FERRY_CUDA)
+  target_compile_definitions(mp_multidev PRIVATE FERRY_TEST_CUDA=1)
+endif()
+
+function(ferry_multidev_test name case ndev)
+  add_test(NAME ${name} COMMAND $<TARGET_FILE:mp_multidev> ${case} ${ndev})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "FERRY_RUNTIME=host;FERRY_HOST_DEVICES=${ndev};${ARGN}")
+endfunction()
+
+foreach(case coll p2p mixed nogroup)
+  ferry_multidev_test(multidev.${case}.n4 ${case} 4)
+endforeach()
+ferry_multidev_test(multidev.coll.n2 coll 2)
+ferry_multidev_test(multidev.p2p.kernel.n3 p2p 3 "NCCL_PASS_SM=0")
+ferry_multidev_test(multidev.p2p.smfree.n3 p2p 3 "FERRY_P2P_KERNEL_MAX_BYTES=0")
+ferry_multidev_test(multidev.p2p.staged.n2 p2p 2 "FERRY_P2P_STAGE_SENDS=1")
+ferry_multidev_test(multidev.mixed.shm.n3 mixed 3 "NCCL_P2P_DISABLE=1")

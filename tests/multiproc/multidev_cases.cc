@@ -1,0 +1,295 @@
+// One process driving several devices, as nccl-tests -g N, JAX and
+// TensorFlow do: ncclCommInitAll, then every collective and point-to-point
+// operation in groups spanning every communicator, each communicator on
+// streams of its own device, all issued while ANOTHER device is current
+// (the library must switch to each communicator's device and give the
+// caller its device back). The host runtime enforces CUDA's rules (an event
+// recorded on another device's stream, a kernel launched on a stream of a
+// device that is not current: "invalid resource handle"), so this runs in
+// CI; tests/gpu/multidev_gpu.cmake runs it on GPUs.
+//
+// Usage: mp_multidev <coll|p2p|mixed|nogroup> [ndev]   (one process, no ferry-run)
+// Every payload is fresh random data recomputed independently by the
+// checker; outputs are poisoned first.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coll_util.h"
+#include "common/random.h"
+#include "ferry.h"
+#include "mp_check.h"
+#include "p2p_util.h"
+
+namespace {
+
+using namespace ferry::test;
+
+struct Devices {
+  int n = 0;
+  int caller = 0;  // the device current whenever the library is called
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams, streams2;
+  std::vector<World> worlds;
+};
+
+void setDevice(int d) {
+  EXPECT_OK(ncclFerrySetDevice(d));
+}
+
+// The caller's device must be current again after every call.
+void expectCaller(const Devices& g, const char* after) {
+  int cur = -1;
+  EXPECT_OK(ncclFerryGetDevice(&cur));
+  EXPECT_TRUE(cur == g.caller, "after %s the current device is %d, expected %d", after, cur,
+              g.caller);
+}
+
+void syncAll(const Devices& g) {
+  for (int d = 0; d < g.n; ++d) {
+    EXPECT_OK(ncclFerryStreamSynchronize(g.streams[d]));
+    EXPECT_OK(ncclFerryStreamSynchronize(g.streams2[d]));
+  }
+}
+
+// Every collective, random types/operators/counts/roots, one group over all
+// communicators per round.
+void caseColl(Devices& g, Rng& rng) {
+  uint64_t tag = 1;
+  for (int round = 0; round < 40; ++round) {
+    CollSpec spec = randomSpec(rng, g.n, round % 5 == 4 ? (1 << 20) + 3 : 5000, tag++);
+    spec.coll = kAllColls[round % 5];
+    std::vector<std::unique_ptr<CollRun>> runs;
+    for (int d = 0; d < g.n; ++d) {
+      setDevice(d);  // buffers live on their communicator's device
+      runs.push_back(std::make_unique<CollRun>(g.worlds[d], spec));
+      runs.back()->prepare(g.comms[d]);
+      uploadsDone();
+    }
+    setDevice(g.caller);
+    EXPECT_OK(ncclGroupStart());
+    for (int d = 0; d < g.n; ++d) runs[d]->post(g.comms[d], g.streams[d]);
+    EXPECT_OK(ncclGroupEnd());
+    expectCaller(g, "a group of collectives");
+    for (int d = 0; d < g.n; ++d) runs[d]->releaseOp(g.comms[d]);
+    syncAll(g);
+    for (int d = 0; d < g.n; ++d) runs[d]->verify();
+  }
+}
+
+size_t randomBytes(Rng& rng) {
+  switch (rng.below(4)) {
+    case 0:
+      return rng.below(64);  // zero and tiny messages
+    case 1:
+      return rng.below(64 << 10);  // kernel p2p, LL
+    case 2:
+      return rng.below(2 << 20);  // kernel p2p, FIFO protocol
+    default:
+      return (2 << 20) + rng.below(3 << 20);  // SM-free copy engines
+  }
+}
+
+// All-to-all with random sizes and buffer kinds: every communicator sends to
+// and receives from every other (and itself), one group over all of them,
+// the calls of each communicator in random order; on two streams per device.
+void roundOfAlltoallv(Devices& g, Rng& rng, uint64_t round) {
+  const int n = g.n;
+  std::vector<std::unique_ptr<Message>> out, in;
+  std::vector<size_t> bytes(static_cast<size_t>(n) * n);
+  for (auto& b : bytes) b = randomBytes(rng);
+  for (int s = 0; s < n; ++s) {
+    for (int r = 0; r < n; ++r) {
+      BufferKind k = rng.below(2) ? BufferKind::Mapped : BufferKind::Plain;
+      setDevice(s);
+      out.push_back(std::make_unique<Message>(g.worlds[s], round, s, r, bytes[s * n + r], k));
+      out.back()->fillAsSender();
+      setDevice(r);
+      in.push_back(std::make_unique<Message>(g.worlds[r], round, s, r, bytes[s * n + r], k));
+      in.back()->poison();
+    }
+  }
+  for (int d = 0; d < n; ++d) {
+    setDevice(d);
+    uploadsDone();
+  }
+  setDevice(g.caller);
+  EXPECT_OK(ncclGroupStart());
+  for (int d = 0; d < n; ++d) {
+    std::vector<int> order(2 * n);
+    for (int i = 0; i < 2 * n; ++i) order[i] = i;
+    for (int i = 2 * n - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+    for (int k : order) {
+      int p = k % n;
+      // A peer's messages stay on one stream (in-order matching per peer).
+      cudaStream_t st = p % 2 ? g.streams[d] : g.streams2[d];
+      if (k < n) {
+        Message& m = *out[d * n + p];
+        EXPECT_OK(ncclSend(m.buf.data(), m.bytes, ncclInt8, p, g.comms[d], st));
+      } else {
+        Message& m = *in[p * n + d];
+        EXPECT_OK(ncclRecv(m.buf.data(), m.bytes, ncclInt8, p, g.comms[d], st));
+      }
+    }
+  }
+  EXPECT_OK(ncclGroupEnd());
+  expectCaller(g, "a group of sends and receives");
+  syncAll(g);
+  for (auto& m : in) m->verify("multi-device alltoallv");
+}
+
+void caseP2p(Devices& g, Rng& rng) {
+  for (uint64_t round = 0; round < 16; ++round) roundOfAlltoallv(g, rng, round);
+}
+
+// Collectives and point-to-point of every communicator in one group: an
+// all-reduce on each device's first stream, a ring of sends on its second.
+void caseMixed(Devices& g, Rng& rng) {
+  const int n = g.n;
+  uint64_t tag = 500;
+  for (uint64_t round = 0; round < 12; ++round) {
+    CollSpec spec = randomSpec(rng, n, 70000, tag++);
+    spec.coll = Coll::AllReduce;
+    std::vector<std::unique_ptr<CollRun>> runs;
+    std::vector<std::unique_ptr<Message>> out, in;
+    size_t bytes = randomBytes(rng);
+    for (int d = 0; d < n; ++d) {
+      setDevice(d);
+      runs.push_back(std::make_unique<CollRun>(g.worlds[d], spec));
+      runs.back()->prepare(g.comms[d]);
+      out.push_back(std::make_unique<Message>(g.worlds[d], 100 + round, d, (d + 1) % n, bytes,
+                                              BufferKind::Mapped));
+      out.back()->fillAsSender();
+      in.push_back(std::make_unique<Message>(g.worlds[d], 100 + round, (d + n - 1) % n, d, bytes,
+                                             BufferKind::Plain));
+      in.back()->poison();
+      uploadsDone();
+    }
+    setDevice(g.caller);
+    EXPECT_OK(ncclGroupStart());
+    for (int d = 0; d < n; ++d) {
+      runs[d]->post(g.comms[d], g.streams[d]);
+      EXPECT_OK(
+          ncclSend(out[d]->buf.data(), bytes, ncclInt8, (d + 1) % n, g.comms[d], g.streams2[d]));
+      EXPECT_OK(
+          ncclRecv(in[d]->buf.data(), bytes, ncclInt8, (d + n - 1) % n, g.comms[d], g.streams2[d]));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    expectCaller(g, "a mixed group");
+    for (int d = 0; d < n; ++d) runs[d]->releaseOp(g.comms[d]);
+    syncAll(g);
+    for (int d = 0; d < n; ++d) {
+      runs[d]->verify();
+      in[d]->verify("multi-device mixed ring");
+    }
+  }
+}
+
+// No groups: one communicator at a time from one thread, every send before
+// any receive, then all-reduces. Each call returns without waiting for its
+// peers. The messages are SM-free sized: a kernel p2p send larger than its
+// FIFO holds its communicator's later kernels until received, as NCCL's
+// would, so this order needs groups there.
+void caseNoGroup(Devices& g, Rng& rng) {
+  const int n = g.n;
+  for (uint64_t round = 0; round < 8; ++round) {
+    size_t bytes = (size_t{2} << 20) + 1 + rng.below(size_t{3} << 20);
+    std::vector<std::unique_ptr<Message>> out, in;
+    for (int d = 0; d < n; ++d) {
+      setDevice(d);
+      out.push_back(std::make_unique<Message>(g.worlds[d], 300 + round, d, (d + 1) % n, bytes,
+                                              BufferKind::Mapped));
+      out.back()->fillAsSender();
+      in.push_back(std::make_unique<Message>(g.worlds[d], 300 + round, (d + n - 1) % n, d, bytes,
+                                             BufferKind::Mapped));
+      in.back()->poison();
+      uploadsDone();
+    }
+    setDevice(g.caller);
+    for (int d = 0; d < n; ++d) {
+      EXPECT_OK(
+          ncclSend(out[d]->buf.data(), bytes, ncclInt8, (d + 1) % n, g.comms[d], g.streams[d]));
+      expectCaller(g, "ncclSend");
+    }
+    for (int d = 0; d < n; ++d) {
+      EXPECT_OK(
+          ncclRecv(in[d]->buf.data(), bytes, ncclInt8, (d + n - 1) % n, g.comms[d], g.streams2[d]));
+    }
+    CollSpec spec = randomSpec(rng, n, 3000, 900 + round);
+    spec.coll = Coll::AllReduce;
+    std::vector<std::unique_ptr<CollRun>> runs;
+    for (int d = 0; d < n; ++d) {
+      setDevice(d);
+      runs.push_back(std::make_unique<CollRun>(g.worlds[d], spec));
+      runs.back()->prepare(g.comms[d]);
+      uploadsDone();
+    }
+    setDevice(g.caller);
+    for (int d = 0; d < n; ++d) {
+      runs[d]->post(g.comms[d], g.streams[d]);
+      expectCaller(g, "a collective outside a group");
+    }
+    for (int d = 0; d < n; ++d) runs[d]->releaseOp(g.comms[d]);
+    syncAll(g);
+    for (int d = 0; d < n; ++d) {
+      in[d]->verify("multi-device, no group");
+      runs[d]->verify();
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::map<std::string, std::function<void(Devices&, Rng&)>> cases = {
+      {"coll", caseColl}, {"p2p", caseP2p}, {"mixed", caseMixed}, {"nogroup", caseNoGroup}};
+  if (argc < 2 || cases.count(argv[1]) == 0) {
+    fprintf(stderr, "usage: %s <coll|p2p|mixed|nogroup> [ndev]\n", argv[0]);
+    return 2;
+  }
+  Devices g;
+  int count = 0;
+  EXPECT_OK(ncclFerryGetDeviceCount(&count));
+  g.n = argc > 2 ? atoi(argv[2]) : std::min(count, 4);
+  if (g.n < 2 || g.n > count) {
+    printf("SKIPPED: needs %d devices, found %d\n", g.n, count);
+    return 77;
+  }
+  const uint64_t seed = testSeed();
+  printf("seed=%llu devices=%d\n", static_cast<unsigned long long>(seed), g.n);
+  g.caller = g.n - 1;
+  setDevice(g.caller);
+  g.comms.resize(g.n);
+  EXPECT_OK(ncclCommInitAll(g.comms.data(), g.n, nullptr));
+  expectCaller(g, "ncclCommInitAll");
+  g.streams.resize(g.n);
+  g.streams2.resize(g.n);
+  for (int d = 0; d < g.n; ++d) {
+    setDevice(d);
+    EXPECT_OK(ncclFerryStreamCreate(&g.streams[d]));
+    EXPECT_OK(ncclFerryStreamCreate(&g.streams2[d]));
+    g.worlds.push_back(World{g.comms[d], g.streams[d], d, g.n, seed});
+  }
+  setDevice(g.caller);
+  if (gFailures == 0) {
+    Rng rng(seed, 11);
+    cases.at(argv[1])(g, rng);
+  }
+  for (int d = 0; d < g.n; ++d) {
+    EXPECT_OK(ncclCommDestroy(g.comms[d]));
+    expectCaller(g, "ncclCommDestroy");
+  }
+  for (int d = 0; d < g.n; ++d) {
+    EXPECT_OK(ncclFerryStreamDestroy(g.streams[d]));
+    EXPECT_OK(ncclFerryStreamDestroy(g.streams2[d]));
+  }
+  printf("%s %s: %d failure(s)\n", gFailures == 0 ? "PASS" : "FAIL", argv[1], gFailures.load());
+  return gFailures == 0 ? 0 : 1;
+}
