@@ -36,7 +36,7 @@ for s in $stages; do
     ;;
   gpu)
     stage gpu
-    (cd $b && timeout ${GPU_STAGE_TIMEOUT:-240} ctest -L gpu --timeout 120 --output-on-failure 2>&1 >"$out/ctest-gpu.log"
+    (cd $b && timeout ${GPU_STAGE_TIMEOUT:-240} ctest -L gpu -E "${GPU_EXCLUDE:-^$}" --timeout 120 --output-on-failure 2>&1 >"$out/ctest-gpu.log"
      grep -E "Test +#|tests passed|PASS lazy|lazy_loading|large message|FAIL" "$out/ctest-gpu.log" | tail -40)
     grep -h "completed in\|large message" "$out/ctest-gpu.log" | head -12
     ;;
@@ -99,7 +99,8 @@ for s in $stages; do
       for w in spin memop; do
         for a in launch modload malloc; do
           for r in copy host; do
-            CUDA_MODULE_LOADING=$mode timeout 8 $b/bench/ferry-load-sync $w $a $r 2>&1 | tail -1
+            CUDA_MODULE_LOADING=$mode timeout 8 $b/bench/ferry-load-sync $w $a $r 2>&1 | tail -1 |
+              tee -a "$out/loadsync.txt"
           done
         done
       done
