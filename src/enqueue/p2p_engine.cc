@@ -152,34 +152,41 @@ PeerRef P2pEngine::peerRef(int peer) const {
 
 // What this rank publishes as the first side of a message: its own buffer
 // when the peer can reach it, else a staging block (staging.h says when).
+// A peer in this process on another device reaches plain cudaMalloc memory
+// (peer access is on) but not pool or cuMem memory: those are staged too.
 Status P2pEngine::describeFirst(const P2pTask& task, Op& op, PostInfo* info) {
   memset(info, 0, sizeof(*info));
   info->bytes = task.bytes;
   info->localPtr = reinterpret_cast<uint64_t>(task.buffer);
   info->kind = static_cast<uint32_t>(PostKind::Local);
   if (task.bytes == 0) return ncclSuccess;
+  const bool local = op.conn->samePeerProcess;
   const bool stageSend = op.send && stageSends_;
-  bool direct = !stageSend;
-  if (direct && !op.conn->samePeerProcess) {
-    direct = false;
-    if (op.conn->transport == TransportId::P2p && zeroCopy_) {
-      rt::AllocationInfo a;
+  bool direct = false;
+  if (!stageSend &&
+      (!local || (task.peer != myRank_ && runtime_->kind() == rt::RuntimeKind::Cuda))) {
+    rt::AllocationInfo a;
+    if (local || (op.conn->transport == TransportId::P2p && zeroCopy_)) {
       FERRY_CHECK(runtime_->describeAllocation(task.buffer, task.bytes, &a));
-      if (a.mappable) {
-        direct = true;
-        info->kind = static_cast<uint32_t>(PostKind::Ipc);
-        info->ipcType = static_cast<uint32_t>(a.ipc.type);
-        info->allocId = a.allocId;
-        info->allocSize = a.size;
-        info->offset = reinterpret_cast<uint64_t>(task.buffer) - a.base;
-        memcpy(info->ipc, a.ipc.bytes, sizeof(info->ipc));
-      }
     }
+    direct = a.mappable;
+    if (direct && !local) {
+      info->kind = static_cast<uint32_t>(PostKind::Ipc);
+      info->ipcType = static_cast<uint32_t>(a.ipc.type);
+      info->allocId = a.allocId;
+      info->allocSize = a.size;
+      info->offset = reinterpret_cast<uint64_t>(task.buffer) - a.base;
+      memcpy(info->ipc, a.ipc.bytes, sizeof(info->ipc));
+    }
+  } else {
+    direct = !stageSend;  // self, or a same-process peer on the host runtime
   }
   if (direct) return ncclSuccess;
   op.detached = stageSend;
   op.pool = &poolFor(*op.conn);
-  return op.pool->take(task.bytes, &op.block, info);
+  FERRY_CHECK(op.pool->take(task.bytes, &op.block, info));
+  if (local) info->kind = static_cast<uint32_t>(PostKind::Local);  // the block's own address
+  return ncclSuccess;
 }
 
 // The first side's bytes, as this process (the second side) addresses them.

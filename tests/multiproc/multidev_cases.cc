@@ -80,7 +80,11 @@ void caseColl(Devices& g, Rng& rng) {
     expectCaller(g, "a group of collectives");
     for (int d = 0; d < g.n; ++d) runs[d]->releaseOp(g.comms[d]);
     syncAll(g);
-    for (int d = 0; d < g.n; ++d) runs[d]->verify();
+    for (int d = 0; d < g.n; ++d) {
+      setDevice(d);  // CUDA pool memory is readable with its own device current
+      runs[d]->verify();
+    }
+    setDevice(g.caller);
   }
 }
 
@@ -142,7 +146,11 @@ void roundOfAlltoallv(Devices& g, Rng& rng, uint64_t round) {
   EXPECT_OK(ncclGroupEnd());
   expectCaller(g, "a group of sends and receives");
   syncAll(g);
-  for (auto& m : in) m->verify("multi-device alltoallv");
+  for (int r = 0; r < n; ++r) {
+    setDevice(r);  // CUDA pool memory is readable with its own device current
+    for (int s = 0; s < n; ++s) in[s * n + r]->verify("multi-device alltoallv");
+  }
+  setDevice(g.caller);
 }
 
 void caseP2p(Devices& g, Rng& rng) {
@@ -186,9 +194,11 @@ void caseMixed(Devices& g, Rng& rng) {
     for (int d = 0; d < n; ++d) runs[d]->releaseOp(g.comms[d]);
     syncAll(g);
     for (int d = 0; d < n; ++d) {
+      setDevice(d);
       runs[d]->verify();
       in[d]->verify("multi-device mixed ring");
     }
+    setDevice(g.caller);
   }
 }
 
@@ -239,9 +249,11 @@ void caseNoGroup(Devices& g, Rng& rng) {
     for (int d = 0; d < n; ++d) runs[d]->releaseOp(g.comms[d]);
     syncAll(g);
     for (int d = 0; d < n; ++d) {
+      setDevice(d);
       in[d]->verify("multi-device, no group");
       runs[d]->verify();
     }
+    setDevice(g.caller);
   }
 }
 
