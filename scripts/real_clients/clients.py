@@ -364,7 +364,7 @@ def main():
     ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking")
     ap.add_argument("--schedules", default=",".join(SINGLE + LOOPED + V_SHAPED))
     ap.add_argument("--case-timeout", type=float, default=240)
-    ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("CLIENT_SEED", "4242")))
     a = ap.parse_args()
     local = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local)

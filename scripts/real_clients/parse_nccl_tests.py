@@ -21,14 +21,16 @@ def main():
             m = re.match(r"#\s*Out of bounds values\s*:\s*(\d+)\s+OK", line)
             if m and m.group(1) == "0":
                 oob_ok = True
+            # Data rows: size count type [redop] root, then out-of-place and
+            # in-place "time algbw busbw #wrong" (hypercube has no redop).
             t = line.split()
-            if len(t) >= 13 and t[0].isdigit():
+            if len(t) >= 12 and t[0].isdigit() and t[1].isdigit():
                 size = int(t[0])
-                for w in (t[8], t[12]):
+                for w in (t[-5], t[-1]):
                     if w != "N/A":
                         wrong += int(float(w))
                 try:
-                    rows[size] = float(t[7])
+                    rows[size] = float(t[-6])
                 except ValueError:
                     pass
     ok = rc == 0 and oob_ok and wrong == 0 and bool(rows)

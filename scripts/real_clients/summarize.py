@@ -88,8 +88,35 @@ def main():
             d = max(abs(a - b) for a, b in zip(l, fsdp[base_tag]))
             print(f"\nfsdp2 losses {t} vs {base_tag}: max |diff| {d:.3g}"
                   f"{' (bit for bit)' if l == fsdp[base_tag] else ''}")
+    failed += busbw_table(runs)
     print(f"\n{failed} failing cell(s)")
     return 1 if failed else 0
+
+
+def busbw_table(runs):
+    """nccl-tests: out-of-place busbw (GB/s) per op and size, Ferry beside
+    NCCL. Returns how many runs loaded the wrong library."""
+    ferry, nccl = runs.get("nccltests-ferry"), runs.get("nccltests-nccl")
+    if not ferry or not nccl:
+        return 0
+    wrong_lib = 0
+    for tag, want in (("nccltests-ferry", "ferry"), ("nccltests-nccl", "nccl")):
+        for name, recs in runs[tag].items():
+            if any(r["lib"] != want for r in recs):
+                print(f"\n{name} under {tag} ran {recs[0]['lib']}, not {want}")
+                wrong_lib += 1
+    print("\n| nccl-tests -g 2 | size | Ferry busbw | NCCL busbw | Ferry/NCCL |")
+    print("|---|---:|---:|---:|---:|")
+    for name in ferry:
+        if name not in nccl:
+            continue
+        f, n = ferry[name][0]["busbw"], nccl[name][0]["busbw"]
+        for size in sorted(set(f) & set(n), key=int):
+            if int(size) < 4096:
+                continue
+            ratio = f"{f[size] / n[size]:.2f}" if n[size] > 0 else "-"
+            print(f"| {name[len('nccl-tests.'):]} | {int(size)} | {f[size]} | {n[size]} | {ratio} |")
+    return wrong_lib
 
 
 if __name__ == "__main__":

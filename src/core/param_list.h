@@ -53,8 +53,8 @@
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
     "(a one-thread spin kernel), auto (kernel on CUDA: memop waits block other streams' kernels on H200).")     \
   X(P2pStageSends, "FERRY_P2P_STAGE_SENDS", String, "auto",                                        \
-    "1: a send whose receiver is not ready yet copies its payload to a staging block on its own " \
-    "stream and never waits for the receiver; 0: never; auto: on CUDA under lazy module loading.") \
+    "1: a send that arrives before its receiver copies its payload to a staging block on its "    \
+    "own stream and never waits for the receiver; 0: never; auto: on CUDA under lazy loading.")   \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
     "Seconds an SM-free message may wait for its peer before failing (0: no limit).")           \
   X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "2M",                                 \

@@ -63,9 +63,9 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
              e->spinWait_ ? "a one-thread spin kernel" : "stream memory operations (zero SMs)");
   if (e->stageSends_) {
     FERRY_INFO(kLogP2p | kLogInit,
-               "sends are staged when their receiver is not ready yet (lazy module loading): a "
-               "send never makes its stream wait for the receiver; set "
-               "CUDA_MODULE_LOADING=EAGER to avoid the copy");
+               "a send that arrives before its receiver is staged (lazy module loading): it "
+               "never makes its stream wait for the receiver; set CUDA_MODULE_LOADING=EAGER to "
+               "avoid the copy");
   }
   *out = std::move(e);
   return ncclSuccess;
@@ -231,10 +231,11 @@ Status P2pEngine::claimOne(const P2pTask& task, bool overlapsReceive, Op& op) {
   }
   FERRY_CHECK(reachPeerBytes(task, op));
   op.gpuWaitReady = op.slot().ready.load() < op.gen();  // acquire
-  // A second sender under staging stages only when the receiver is not
-  // ready yet (its stream would wait for the receiver's stream) or when the
-  // group receives into its bytes (staged sends read them first).
-  if (op.send && stageSends_ && (op.gpuWaitReady || overlapsReceive) && task.bytes > 0) {
+  // A second sender pushes from its own buffer: its receiver has posted,
+  // so the push waits only for work the receiver already submitted (as a
+  // send kernel would). Under staging it still stages when the group
+  // receives into its bytes (staged sends read them first).
+  if (op.send && stageSends_ && overlapsReceive && task.bytes > 0) {
     PostInfo unused;
     op.pool = &poolFor(*op.conn);
     op.detached = true;
@@ -262,8 +263,20 @@ void P2pEngine::failClaimed(std::vector<Op>& ops, Status s) {
   asyncError_->compare_exchange_strong(expected, s, std::memory_order_release);
 }
 
+// Receives are claimed before sends: when two ranks exchange in one group,
+// each then finds the other's receive posted and is second for its send,
+// so both directions are pushes (a copy engine writing to its peer), the
+// fastest way over NVLink; a pull reads across the link. Each connection's
+// messages are still claimed in call order (sends and receives use
+// different connections).
 Status P2pEngine::claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& ops) {
-  for (size_t i = 0; i < tasks.size(); ++i) {
+  std::vector<size_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (tasks[i].isSend == (pass == 1)) order.push_back(i);
+    }
+  }
+  for (size_t i : order) {
     const P2pTask& t = tasks[i];
     Op& op = ops[i];
     op.send = t.isSend;
@@ -271,8 +284,9 @@ Status P2pEngine::claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& o
                        : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
     op.seq = op.conn->nextSeq;
     bool overlapsReceive = false;
-    for (const P2pTask& o : tasks)
+    for (const P2pTask& o : tasks) {
       overlapsReceive = overlapsReceive || (!o.isSend && overlaps(t, o));
+    }
     Status s = claimOne(t, t.isSend && overlapsReceive, op);
     if (s != ncclSuccess) {
       failClaimed(ops, s);

@@ -17,7 +17,7 @@ struct P2pEngine::Op {
   bool first = false;
   PostInfo peer{};  // second: where the first side's bytes are
   // Staging: a first sender's or first receiver's stand-in buffer, or a
-  // second sender's copy of its bytes (the peer not ready yet, lazy loading).
+  // second sender's copy of bytes its own group receives into.
   StagingPool* pool = nullptr;
   StagingPool::Block* block = nullptr;
   // A send staged so that its stream never waits for the receiver (lazy

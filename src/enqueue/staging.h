@@ -1,9 +1,10 @@
 // Staging blocks: memory the peer can map, standing in for a buffer it
 // cannot (transport/ctrl_block.h). Used by the side that is FIRST for a
 // message when
-//   - a send must not wait for its receiver (lazy module loading: the send's
-//     bytes are copied into a block on the user's stream and the receiver
-//     pulls them from there whenever it comes),
+//   - a send must not wait for its receiver (lazy module loading: the bytes
+//     of a send that arrives before its receiver are copied into a block on
+//     the user's stream, and the receiver pulls them from there whenever it
+//     comes),
 //   - its own buffer cannot be mapped by the peer (pageable-registered,
 //     pinned host, cuMem or pool memory), or
 //   - the connection is SHM (peers cannot reach each other's GPU memory:

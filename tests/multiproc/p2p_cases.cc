@@ -245,6 +245,16 @@ void caseUnbatched(World& w) {
   b.destroy();
 }
 
+// Whether sends are staged when their receiver is not ready: forced by
+// FERRY_P2P_STAGE_SENDS=1, or CUDA's default under lazy module loading.
+bool stagedSends() {
+  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
+  const char* loading = getenv("CUDA_MODULE_LOADING");
+  const bool eager = loading != nullptr && strcmp(loading, "EAGER") == 0;
+  return (stage != nullptr && strcmp(stage, "1") == 0) ||
+         (onCuda() && !eager && (stage == nullptr || strcmp(stage, "0") != 0));
+}
+
 // Registered/unregistered on both sides, and a registration never changes
 // results. The side that arrives second copies straight from or into the
 // first side's buffer when it can map it, else through the first side's
@@ -259,12 +269,7 @@ void caseMixes(World& w) {
   int round = 20;
   const char* passSm = getenv("NCCL_PASS_SM");
   const bool kernelP2p = passSm != nullptr && strcmp(passSm, "0") == 0;
-  // Staged sends: forced, or CUDA's default under lazy module loading.
-  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
-  const char* loading = getenv("CUDA_MODULE_LOADING");
-  const bool eager = loading != nullptr && strcmp(loading, "EAGER") == 0;
-  const bool staged = (stage != nullptr && strcmp(stage, "1") == 0) ||
-                      (onCuda() && !eager && (stage == nullptr || strcmp(stage, "0") != 0));
+  const bool staged = stagedSends();
   const char* zc = getenv("FERRY_P2P_ZERO_COPY");
   const bool noDirect = zc != nullptr && strcmp(zc, "0") == 0;
   const char* p2pOff = getenv("NCCL_P2P_DISABLE");
@@ -399,8 +404,7 @@ uint64_t selfZeroCopyOps(World& w) {
 void caseSelf(World& w) {
   const char* knob = getenv("FERRY_P2P_SELF_COPY");
   const bool selfCopy = knob == nullptr || strcmp(knob, "0") != 0;
-  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
-  const bool staged = stage != nullptr && strcmp(stage, "1") == 0;
+  const bool staged = stagedSends();
   const int me = w.rank, next = (w.rank + 1) % w.nranks, prev = (w.rank + w.nranks - 1) % w.nranks;
   cudaStream_t other = nullptr;
   EXPECT_OK(ncclFerryStreamCreate(&other));
