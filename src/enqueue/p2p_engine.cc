@@ -170,14 +170,7 @@ Status P2pEngine::describeFirst(const P2pTask& task, Op& op, PostInfo* info) {
       FERRY_CHECK(runtime_->describeAllocation(task.buffer, task.bytes, &a));
     }
     direct = a.mappable;
-    if (direct && !local) {
-      info->kind = static_cast<uint32_t>(PostKind::Ipc);
-      info->ipcType = static_cast<uint32_t>(a.ipc.type);
-      info->allocId = a.allocId;
-      info->allocSize = a.size;
-      info->offset = reinterpret_cast<uint64_t>(task.buffer) - a.base;
-      memcpy(info->ipc, a.ipc.bytes, sizeof(info->ipc));
-    }
+    if (direct && !local) postIpc(a, task.buffer, info);
   } else {
     direct = !stageSend;  // self, or a same-process peer on the host runtime
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 namespace ferry {
@@ -24,6 +25,15 @@ int64_t nowNs() {
 }
 
 }  // namespace
+
+void postIpc(const rt::AllocationInfo& a, const void* ptr, PostInfo* out) {
+  out->kind = static_cast<uint32_t>(PostKind::Ipc);
+  out->ipcType = static_cast<uint32_t>(a.ipc.type);
+  out->allocId = a.allocId;
+  out->allocSize = a.size;
+  out->offset = reinterpret_cast<uint64_t>(ptr) - a.base;
+  memcpy(out->ipc, a.ipc.bytes, sizeof(out->ipc));
+}
 
 MsgSlot& slotOf(CtrlBlock& ctrl, uint64_t seq) {
   return ctrl.slot[seq % kMsgSlots];

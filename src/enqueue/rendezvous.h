@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "core/status.h"
+#include "runtime/runtime.h"
 #include "transport/ctrl_block.h"
 
 namespace ferry {
@@ -22,6 +23,10 @@ struct RendezvousLimits {
 };
 
 MsgSlot& slotOf(CtrlBlock& ctrl, uint64_t seq);
+
+// Describes bytes at `ptr` inside the mappable allocation `a` for a peer
+// process (PostKind::Ipc; the peer maps the whole allocation once).
+void postIpc(const rt::AllocationInfo& a, const void* ptr, PostInfo* out);
 inline uint64_t generationOf(uint64_t seq) {
   return seq + 1;
 }

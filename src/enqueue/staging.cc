@@ -92,12 +92,7 @@ Status StagingPool::describe(const Block& b, PostInfo* info) {
     FERRY_FAIL(ncclInternalError, "staging block %p (%llu bytes) cannot be shared with peers",
                static_cast<void*>(b.ptr), static_cast<unsigned long long>(b.size));
   }
-  info->kind = static_cast<uint32_t>(PostKind::Ipc);
-  info->ipcType = static_cast<uint32_t>(a.ipc.type);
-  info->allocId = a.allocId;
-  info->allocSize = a.size;
-  info->offset = reinterpret_cast<uint64_t>(b.ptr) - a.base;
-  memcpy(info->ipc, a.ipc.bytes, sizeof(info->ipc));
+  postIpc(a, b.ptr, info);
   return ncclSuccess;
 }
 
@@ -134,7 +129,7 @@ void StagingPool::release(Block* b) {
 
 void StagingPool::clear() {
   for (auto& b : blocks_) {
-    if (b->key != 0 || (hostShared_ && b->shared)) rpc_->removeResource(commKey_, b->key);
+    if (b->shared) rpc_->removeResource(commKey_, b->key);
   }
   blocks_.clear();
   totalBytes_ = 0;
