@@ -17,6 +17,9 @@
 //   both:push  both directions, each pushed by its sender
 //   both:pull  both directions, each pulled by its receiver
 //   both:split both directions, each half pushed and half pulled
+//   one:both   both directions, both driven by GPU 1 (a pull and a push on
+//              two streams): what the SM-free protocol does when one rank
+//              arrives second for both messages of an exchange
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
       {"both:pull", {{0, 1, 0, 0, bytes}, {1, 0, 0, 0, bytes}}},
       {"both:split",
        {{0, 0, 0, 0, half}, {0, 1, 1, half, rest}, {1, 1, 0, 0, half}, {1, 0, 1, half, rest}}},
+      {"one:both", {{0, 1, 0, 0, bytes}, {1, 1, 1, 0, bytes}}},
   };
   printf("# ferry-ce-split: %zu bytes, %d iterations\n", bytes, iters);
   for (const Pattern& p : patterns) {

@@ -7,6 +7,7 @@
 # Usage: scripts/real_clients.sh FERRY_BUILD_DIR [stages...]
 #   stages: torch      clients.py in every mode of $CLIENT_MODES
 #           nccltests  every *_perf binary of $NCCL_TESTS_DIR, both libraries
+#           p2pdiag    a2a and batch under Ferry: pushes/pulls, mappings, staging
 #           hangdiag   one pipelining schedule under Ferry with P2P tracing;
 #                      after $DIAG_WAIT s, native stacks of both ranks (cuda-gdb)
 #           summary    the tables (always last)
@@ -110,6 +111,22 @@ for s in $stages; do
     wait
     grep -E "RESULT|CASE|WARN|Traceback" "$out/hangdiag-$m.log" | head -20 | cut -c1-300
     grep -E "TRACE|INFO" "$out/hangdiag-$m.log" | tail -30 | cut -c1-250
+    ;;
+  p2pdiag)
+    # Under Ferry (SM-free, lazy): per case, who copied each message (pushes
+    # and pulls by this rank), peer mappings and staging growth, the result;
+    # each case with FERRY_P2P_PUSH_WAIT_US as set and with 0.
+    for c in ${DIAG_CASES:-a2a batch}; do
+      for pw in ${DIAG_PUSH_WAITS:-500 0}; do
+        log="$out/p2pdiag-$c-$pw.log"
+        FERRY_P2P_PUSH_WAIT_US=$pw NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P torchrun_clients ferry-lazy \
+          --cases "$c" --schedules "${DIAG_SCHEDULE:-1F1B}" --case-timeout 120 >"$log" 2>&1
+        echo "--- $c, push wait $pw us: exit $?; $(grep -c 'mapped allocation' "$log") mappings," \
+          "$(grep -c 'staging grew' "$log") staging growths"
+        grep -o "p2p totals.*" "$log" | cut -c1-300
+        grep -h "^RESULT" "$log" | cut -c1-260
+      done
+    done
     ;;
   summary)
     cat "$out"/clients-*.log "$out/nt-results.log" 2>/dev/null >"$out/all-results.log"

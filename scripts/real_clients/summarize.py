@@ -36,7 +36,7 @@ def verdict(recs, ranks):
     return "ok"
 
 
-METRICS = ["step_ms", "median_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
+METRICS = ["step_ms", "median_ms", "host_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
            "busbw_max", "wrong"]
 
 

@@ -54,6 +54,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);
   e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
+  e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (NOTES.md trap 22).
   FERRY_CHECK(ctx.runtime->preloadKernels());
@@ -256,12 +257,40 @@ void P2pEngine::failClaimed(std::vector<Op>& ops, Status s) {
   asyncError_->compare_exchange_strong(expected, s, std::memory_order_release);
 }
 
+// A large send whose receiver has not posted yet, in a group where this rank
+// was also first to a receive from the same peer: claimed now, the peer
+// would arrive second for both messages and its GPU would copy both ways
+// (a pull and a push), which moves each direction at about half the rate
+// of two pushes (bench/ce_split.cu, pattern one:both). Waiting briefly on
+// the CPU for the peer's receive lets this rank push its own bytes. The
+// wait is bounded by about what it can save (the message at 400 GB/s), so
+// a peer that comes late costs the CPU no more than the GPU would lose.
+void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
+                              size_t i) {
+  constexpr uint64_t kMinBytes = uint64_t{1} << 20;
+  const P2pTask& t = tasks[i];
+  if (pushWaitNs_ == 0 || t.bytes < kMinBytes) return;
+  bool exchange = false;
+  for (size_t j = 0; j < tasks.size(); ++j) {
+    exchange = exchange || (!tasks[j].isSend && tasks[j].peer == t.peer && ops[j].claimed &&
+                            ops[j].first && tasks[j].bytes >= kMinBytes);
+  }
+  if (!exchange) return;
+  const Op& op = ops[i];
+  const int64_t ns = std::min<int64_t>(pushWaitNs_, static_cast<int64_t>(t.bytes / 400));
+  bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
+  FERRY_TRACE(kLogP2p, "send to peer %d: message %llu: receiver %s within %lld us",
+              t.peer, static_cast<unsigned long long>(op.seq),
+              arrived ? "posted" : "did not post", static_cast<long long>(ns / 1000));
+}
+
 // Receives are claimed before sends: when two ranks exchange in one group,
 // each then finds the other's receive posted and is second for its send,
 // so both directions are pushes (a copy engine writing to its peer), the
-// fastest way over NVLink; a pull reads across the link. Each connection's
-// messages are still claimed in call order (sends and receives use
-// different connections).
+// fastest way over NVLink; a pull reads across the link (and a rank that
+// is second for both directions copies both ways: awaitReceiver). Each
+// connection's messages are still claimed in call order (sends and
+// receives use different connections).
 Status P2pEngine::claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& ops) {
   std::vector<size_t> order;
   for (int pass = 0; pass < 2; ++pass) {
@@ -276,6 +305,7 @@ Status P2pEngine::claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& o
     op.conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
                        : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
     op.seq = op.conn->nextSeq;
+    if (t.isSend) awaitReceiver(tasks, ops, i);
     bool overlapsReceive = false;
     for (const P2pTask& o : tasks) {
       overlapsReceive = overlapsReceive || (!o.isSend && overlaps(t, o));
@@ -336,6 +366,8 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks,
     const Op& op = ops[i];
     bool direct = op.block == nullptr && (op.first || op.peer.staged == 0);
     countTask(tasks[i], direct);
+    // relaxed: statistics (describeCounters).
+    if (!op.first) op.conn->counters.copiedOps.fetch_add(1, std::memory_order_relaxed);
   }
   // Fences: drop the passed ones, then add one per stream after its waits.
   fences_.erase(
@@ -434,14 +466,17 @@ std::string P2pEngine::describeCounters() const {
     const SendConnection* s = state_.send[p].get();
     const RecvConnection* r = state_.recv[p].get();
     if (s == nullptr && r == nullptr) continue;
-    char line[200];
+    char line[240];
     snprintf(line, sizeof(line),
-             " [peer %zu: sent %llu ops %llu B (%llu direct), received %llu ops %llu B]", p,
-             s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
+             " [peer %zu: sent %llu ops %llu B (%llu direct, %llu pushed by us), received %llu "
+             "ops %llu B (%llu pulled by us)]",
+             p, s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.bytes.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.zeroCopyOps.load()) : 0ULL,
+             s ? static_cast<unsigned long long>(s->counters.copiedOps.load()) : 0ULL,
              r ? static_cast<unsigned long long>(r->counters.ops.load()) : 0ULL,
-             r ? static_cast<unsigned long long>(r->counters.bytes.load()) : 0ULL);
+             r ? static_cast<unsigned long long>(r->counters.bytes.load()) : 0ULL,
+             r ? static_cast<unsigned long long>(r->counters.copiedOps.load()) : 0ULL);
     out += line;
   }
   return out;

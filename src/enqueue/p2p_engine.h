@@ -91,6 +91,8 @@ class P2pEngine {
                                       const std::function<Status()>& afterPost);
   // Phase A: claims every message of the launch (in call order).
   [[nodiscard]] Status claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& ops);
+  // The bounded CPU wait of FERRY_P2P_PUSH_WAIT_US before claiming send `i`.
+  void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i);
   [[nodiscard]] Status claimOne(const P2pTask& task, bool overlapsReceive, Op& op);
   [[nodiscard]] Status describeFirst(const P2pTask& task, Op& op, PostInfo* info);
   [[nodiscard]] Status reachPeerBytes(const P2pTask& task, Op& op);
@@ -130,6 +132,7 @@ class P2pEngine {
   bool selfCopy_ = true;                     // FERRY_P2P_SELF_COPY
   bool stageSends_ = false;                  // see staging.h
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
+  int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections
   bool shutDown_ = false;

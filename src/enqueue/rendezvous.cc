@@ -95,6 +95,19 @@ bool peerPosted(CtrlBlock& ctrl, bool sender, uint64_t seq, PostInfo* peer) {
   return true;
 }
 
+bool awaitPeerClaim(CtrlBlock& ctrl, bool sender, uint64_t seq, int64_t waitNs,
+                    const std::atomic<bool>* abortFlag) {
+  PostInfo unused;
+  const int64_t start = nowNs();
+  while (!peerPosted(ctrl, sender, seq, &unused)) {
+    if (nowNs() - start >= waitNs) return false;
+    if (abortFlag != nullptr && abortFlag->load(std::memory_order_acquire)) return false;
+    if (ctrl.error.load() != 0) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 Status claimMessage(CtrlBlock& ctrl, bool sender, uint64_t seq, const PostInfo& mine, bool* first,
                     PostInfo* peer) {
   MsgSlot& s = slotOf(ctrl, seq);

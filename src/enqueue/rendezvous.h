@@ -44,6 +44,11 @@ bool slotReusable(CtrlBlock& ctrl, uint64_t seq);
 // then second): *peer receives its PostInfo.
 bool peerPosted(CtrlBlock& ctrl, bool sender, uint64_t seq, PostInfo* peer);
 
+// Spins up to `waitNs` (or until abort) for the other side to claim message
+// `seq`; true when it has. Never fails: the caller then claims as usual.
+bool awaitPeerClaim(CtrlBlock& ctrl, bool sender, uint64_t seq, int64_t waitNs,
+                    const std::atomic<bool>* abortFlag);
+
 // Publishes `mine` and claims message `seq` for this side. *first = true:
 // this side was first (the peer will read `mine`). *first = false: the peer
 // claimed in between; *peer receives its PostInfo and `mine` is unused.

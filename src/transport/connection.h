@@ -34,6 +34,9 @@ struct PeerCounters {
   std::atomic<uint64_t> ops{0};
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> zeroCopyOps{0};
+  // Messages this rank copied as the second side (a push on a send
+  // connection, a pull on a receive connection).
+  std::atomic<uint64_t> copiedOps{0};
 };
 
 // What both directions share: the control block mapping and its registration.

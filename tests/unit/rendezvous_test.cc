@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -134,6 +135,42 @@ TEST(Rendezvous, ErrorsAndAbortEndTheWait) {
   ctrl->error.store(ncclSystemError);
   RendezvousLimits forever{0, nullptr, 1};
   EXPECT_EQ(awaitSlot(*ctrl, kMsgSlots, forever), ncclRemoteError);
+}
+
+// The bounded wait of an exchange's send (FERRY_P2P_PUSH_WAIT_US): it ends
+// as soon as the receiver claims (then the sender is second and pushes),
+// after its bound when the receiver stays away, and at once on abort.
+TEST(Rendezvous, AwaitPeerClaimEndsOnClaimBoundOrAbort) {
+  auto ctrl = std::make_unique<CtrlBlock>();
+  const int64_t tenSeconds = int64_t{10} * 1000000000;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(awaitPeerClaim(*ctrl, true, 0, 2000000, nullptr));  // 2 ms, nobody comes
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2));
+  std::atomic<bool> abort{true};
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(awaitPeerClaim(*ctrl, true, 0, tenSeconds, &abort));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  std::thread receiver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bool first = false;
+    PostInfo peer{};
+    EXPECT_EQ(claimMessage(*ctrl, false, 0, infoFor(false, 0), &first, &peer), ncclSuccess);
+    EXPECT_TRUE(first);
+  });
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(awaitPeerClaim(*ctrl, true, 0, tenSeconds, nullptr));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  receiver.join();
+  bool first = true;
+  PostInfo peer{};
+  ASSERT_EQ(claimMessage(*ctrl, true, 0, infoFor(true, 0), &first, &peer), ncclSuccess);
+  EXPECT_FALSE(first);
+  EXPECT_TRUE(sameInfo(peer, infoFor(false, 0)));
+  // A claim by the sender itself is not the receiver's.
+  ASSERT_EQ(claimMessage(*ctrl, true, 1, infoFor(true, 1), &first, &peer), ncclSuccess);
+  EXPECT_TRUE(first);
+  EXPECT_FALSE(awaitPeerClaim(*ctrl, true, 1, 1000000, nullptr));
+  EXPECT_TRUE(awaitPeerClaim(*ctrl, false, 1, 1000000, nullptr));
 }
 
 TEST(Rendezvous, DisagreeingSequencesAreAnInternalError) {
