@@ -75,7 +75,8 @@ Status Communicator::initSteps(const ncclUniqueId& id) {
 
   std::vector<PeerInfo> peers(nranks_);
   FERRY_CHECK(
-      fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId, &peers[rank_]));
+      fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId,
+                        params_.getString(ParamId::HostId), &peers[rank_]));
   peers[rank_].maxCtas = config_.maxCTAs;
   peers[rank_].knobs = collectAgreedKnobs(params_);
   FERRY_CHECK(bootstrap_->allGather(peers.data(), sizeof(PeerInfo)));

@@ -15,6 +15,19 @@
     "Interfaces for bootstrap: prefix list, ^ excludes, = exact. Default: any but lo/docker, "    \
     "then lo.")                                                                                   \
   X(SocketFamily, "NCCL_SOCKET_FAMILY", String, "", "AF_INET or AF_INET6 to restrict addresses.") \
+  X(Net, "NCCL_NET", String, "",                                                                  \
+    "Network engine for peers on other hosts: Socket (built-in) or a net plugin's name; empty: "  \
+    "the plugin when one loads, else Socket.")                                                    \
+  X(NetPlugin, "NCCL_NET_PLUGIN", String, "",                                                      \
+    "Net plugin library: a path, a file name, or a name N loading libnccl-net-N.so; none or "     \
+    "empty: libnccl-net.so if present; \"none\": no plugin.")                                    \
+  X(SocketNthreads, "NCCL_SOCKET_NTHREADS", Int, "0",                                             \
+    "Socket engine: helper threads per connection (1..16; 0: 2).")                                \
+  X(NsocksPerthread, "NCCL_NSOCKS_PERTHREAD", Int, "0",                                           \
+    "Socket engine: TCP streams per helper thread (1..16, threads x this <= 64; 0: 2).")          \
+  X(HostId, "NCCL_HOSTID", String, "",                                                            \
+    "The host this rank believes it is on (default: the machine's own identity); ranks with "     \
+    "different values use the network between them, so one machine can emulate several hosts.") \
   X(CommBlocking, "NCCL_COMM_BLOCKING", Int, "1",                                                 \
     "Default of ncclConfig_t.blocking when the config leaves it undefined.")                      \
   X(MaxCtas, "NCCL_MAX_CTAS", Int, "0",                                                           \

@@ -38,15 +38,21 @@ uint64_t localPidHash() {
   return fnv1a(std::to_string(ns) + ":" + std::to_string(getpid()), localHostHash());
 }
 
+uint64_t hostHashFor(const std::string& hostId) {
+  // NCCL_HOSTID replaces the machine's identity (NCCL's semantics): ranks
+  // that set different values treat each other as other hosts.
+  return hostId.empty() ? localHostHash() : fnv1a("NCCL_HOSTID|" + hostId);
+}
+
 Status fillLocalPeerInfo(int rank, int device, int runtimeKind, const std::string& busId,
-                         PeerInfo* out) {
+                         const std::string& hostId, PeerInfo* out) {
   PeerInfo info;
   memset(&info, 0, sizeof(info));
   info.version = kPeerInfoVersion;
   info.rank = rank;
   info.device = device;
   info.runtimeKind = runtimeKind;
-  info.hostHash = localHostHash();
+  info.hostHash = hostHashFor(hostId);
   info.pidHash = localPidHash();
   info.pid = getpid();
   snprintf(info.busId, sizeof(info.busId), "%s", busId.c_str());

@@ -38,9 +38,14 @@ uint64_t localHostHash();
 // Hash identifying this process across the machine's pid namespaces.
 uint64_t localPidHash();
 
-// Fills the fields that describe this process; rank/device/busId/runtime are
-// the caller's.
+// The host identity a rank announces: NCCL_HOSTID's value when set (so one
+// machine can emulate several hosts), else localHostHash().
+uint64_t hostHashFor(const std::string& hostId);
+
+// Fills the fields that describe this process; rank/device/busId/runtime and
+// the NCCL_HOSTID value are the caller's.
 [[nodiscard]] Status fillLocalPeerInfo(int rank, int device, int runtimeKind,
-                                       const std::string& busId, PeerInfo* out);
+                                       const std::string& busId, const std::string& hostId,
+                                       PeerInfo* out);
 
 }  // namespace ferry

@@ -82,10 +82,23 @@ TEST(Topology, LocalInfoIsStable) {
   EXPECT_EQ(localHostHash(), localHostHash());
   EXPECT_NE(localPidHash(), localHostHash());
   PeerInfo p;
-  ASSERT_EQ(fillLocalPeerInfo(3, 1, 0, "host:1", &p), ncclSuccess);
+  ASSERT_EQ(fillLocalPeerInfo(3, 1, 0, "host:1", "", &p), ncclSuccess);
   EXPECT_EQ(p.rank, 3);
   EXPECT_STREQ(p.busId, "host:1");
   EXPECT_EQ(p.hostHash, localHostHash());
+}
+
+// NCCL_HOSTID: equal values are one host, different values different hosts,
+// and none of them is the machine's own identity.
+TEST(Topology, HostIdOverridesTheMachineIdentity) {
+  PeerInfo a, b, c;
+  ASSERT_EQ(fillLocalPeerInfo(0, 0, 0, "host:0", "node-a", &a), ncclSuccess);
+  ASSERT_EQ(fillLocalPeerInfo(1, 1, 0, "host:1", "node-a", &b), ncclSuccess);
+  ASSERT_EQ(fillLocalPeerInfo(2, 0, 0, "host:0", "node-b", &c), ncclSuccess);
+  EXPECT_EQ(a.hostHash, b.hostHash);
+  EXPECT_NE(a.hostHash, c.hostHash);
+  EXPECT_NE(a.hostHash, localHostHash());
+  EXPECT_EQ(hostHashFor(""), localHostHash());
 }
 
 }  // namespace
