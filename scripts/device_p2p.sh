@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit loadsync
+#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond
 set -uo pipefail
 src=$1
 shift
@@ -311,6 +311,20 @@ for s in $stages; do
     for sz in ${CESPLIT_SIZES:-16777216 268435456 1073741824}; do
       timeout 60 $b/bench/ferry-ce-split $sz ${CESPLIT_ITERS:-20}
     done
+    ;;
+  zerosmcond)
+    # Which condition makes a parked stream wait-value stall other streams'
+    # kernels (bench/zerosm_cond.cu), per loading mode and connection count.
+    stage zerosmcond
+    for load in EAGER LAZY; do
+      for conns in default 1 32; do
+        if [ $conns = default ]; then
+          CUDA_MODULE_LOADING=$load timeout 90 $b/bench/ferry-zerosm-cond
+        else
+          CUDA_MODULE_LOADING=$load CUDA_DEVICE_MAX_CONNECTIONS=$conns timeout 90 $b/bench/ferry-zerosm-cond
+        fi
+      done
+    done 2>&1 | tee "$out/zerosmcond.txt"
     ;;
   firstuse)
     # How long kernel p2p's first iterations stay slow: one size, few warm-ups.
