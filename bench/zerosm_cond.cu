@@ -17,6 +17,7 @@
 // kernel, and the same for the first launch of a kernel never launched
 // before (under lazy loading, a load).
 // Usage: ferry-zerosm-cond [filter]   (one GPU; substring filter on case names)
+//        ferry-zerosm-cond alias [streams]   (see runAlias)
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <sys/mman.h>
@@ -53,6 +54,10 @@
 namespace {
 
 __global__ void mark(volatile unsigned long long* f, unsigned long long v) { *f = v; }
+__global__ void spinUntil(volatile unsigned long long* f, unsigned long long v) {
+  while (*f < v) {
+  }
+}
 __global__ void freshKernel(volatile unsigned long long* f, unsigned long long v) { *f = v; }
 
 struct Case {
@@ -164,10 +169,71 @@ int runCase(const Case& c) {
   return released ? 0 : 1;
 }
 
+// "alias": one non-blocking stream parked on a host word, then kernels on
+// `count` more non-blocking streams created afterwards: which of them stall?
+// (Streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues.)
+int runAlias(int count) {
+  alarm(60);
+  CK(cudaSetDevice(0));
+  CK(cudaFree(nullptr));
+  unsigned long long* flags = nullptr;
+  CK(cudaHostAlloc(&flags, 4096, cudaHostAllocMapped));
+  memset(flags, 0, 4096);
+  volatile unsigned long long* vf = flags;
+  unsigned long long* df = nullptr;
+  CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&df), flags, 0));
+  cudaStream_t parked = makeStream("nonblocking");
+  mark<<<1, 1, 0, parked>>>(df + 1, 1);  // loads `mark`
+  CK(cudaDeviceSynchronize());
+  // pre: the other streams exist before the wait parks (a stream created
+  // while a wait is pending is the "post" variant).
+  const bool pre = getenv("ALIAS_PRE") != nullptr;
+  std::vector<cudaStream_t> others;
+  for (int i = 0; pre && i < count; ++i) others.push_back(makeStream("nonblocking"));
+  // ALIAS_SPIN: the stream is held by a running one-thread spin kernel
+  // instead of a wait-value (what Ferry's user waits use).
+  const bool spin = getenv("ALIAS_SPIN") != nullptr;
+  spinUntil<<<1, 1, 0, parked>>>(df, 0);  // loads it
+  CK(cudaDeviceSynchronize());
+  if (spin) {
+    spinUntil<<<1, 1, 0, parked>>>(df, 1);
+  } else {
+    CU(cuStreamWaitValue64(reinterpret_cast<CUstream>(parked), reinterpret_cast<CUdeviceptr>(df),
+                           1, CU_STREAM_WAIT_VALUE_GEQ));
+  }
+  printf("alias (%s, %s): parked\n", pre ? "streams made before" : "streams made after",
+         spin ? "spin kernel" : "wait-value");
+  for (int i = 0; i < count; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (!pre) others.push_back(makeStream("nonblocking"));
+    double makeMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    mark<<<1, 1, 0, others[i]>>>(df + 8 + i, 1);
+    if (makeMs > 5 || i < 3) printf("stream %d made in %.1f ms\n", i + 1, makeMs);
+  }
+  usleep(200000);
+  std::string stalled;
+  int n = 0;
+  for (int i = 0; i < count; ++i) {
+    if (vf[8 + i] == 0) {
+      stalled += " " + std::to_string(i + 1);
+      ++n;
+    }
+  }
+  printf("alias: %d of %d streams created after the parked one stalled:%s\n", n, count,
+         stalled.c_str());
+  *vf = 1;
+  CK(cudaDeviceSynchronize());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IONBF, 0);
+  if (argc > 1 && strcmp(argv[1], "alias") == 0) {
+    return runAlias(argc > 2 ? atoi(argv[2]) : 40);
+  }
   const char* filter = argc > 1 ? argv[1] : "";
   const char* loading = getenv("CUDA_MODULE_LOADING");
   const char* conns = getenv("CUDA_DEVICE_MAX_CONNECTIONS");

@@ -326,6 +326,15 @@ for s in $stages; do
       done
     done 2>&1 | tee "$out/zerosmcond.txt"
     ;;
+  zerosmalias)
+    stage zerosmalias
+    # ALIAS_PRE: streams made before the wait parks; ALIAS_SPIN: a spin
+    # kernel holds the stream instead of a wait-value.
+    for v in "ALIAS_X=1" "ALIAS_SPIN=1 CUDA_MODULE_LOADING=EAGER"; do
+      echo "--- $v"
+      env $v timeout 70 $b/bench/ferry-zerosm-cond alias 40
+    done 2>&1 | tee "$out/zerosmalias.txt"
+    ;;
   firstuse)
     # How long kernel p2p's first iterations stay slow: one size, few warm-ups.
     stage firstuse
