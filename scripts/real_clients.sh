@@ -13,7 +13,8 @@
 #           summary    the tables (always last)
 # Modes: nccl-lazy nccl-eager (NVIDIA's NCCL), ferry-lazy ferry-eager (Ferry,
 # SM-free default), kernel-lazy kernel-eager (Ferry, NCCL_PASS_SM=0); lazy is
-# torch's default module loading, eager is CUDA_MODULE_LOADING=EAGER.
+# torch's default module loading, eager is CUDA_MODULE_LOADING=EAGER. A mode
+# may carry a suffix to repeat it as its own column (ferry-lazy-r2).
 set -uo pipefail
 b=$(cd "$1" && pwd)
 shift
@@ -41,7 +42,7 @@ mode_env() {
   ferry-*) e="LD_PRELOAD=$ferry" ;;
   kernel-*) e="LD_PRELOAD=$ferry NCCL_PASS_SM=0" ;;
   esac
-  case $1 in *-eager) e="$e CUDA_MODULE_LOADING=EAGER" ;; esac
+  case $1 in *-eager*) e="$e CUDA_MODULE_LOADING=EAGER" ;; esac
   echo "$e"
 }
 

@@ -69,10 +69,10 @@
     "1: a send that arrives before its receiver copies its payload to a staging block on its "    \
     "own stream and never waits for the receiver; 0: never; auto: on CUDA under lazy loading.")   \
   X(P2pPushWait, "FERRY_P2P_PUSH_WAIT_US", Int, "500",                                           \
-    "An exchange (a group that sends to and receives from one peer, >= 1 MiB): a send that "      \
-    "would arrive before its receiver waits on the CPU up to min(this, its size at 400 GB/s) us " \
-    "for the receiver to post, so each GPU pushes its own bytes (one GPU copying both ways "       \
-    "halves the bandwidth); 0: never.")                                                           \
+    "A send of >= 1 MiB to another process that would arrive before its receiver, in an "        \
+    "exchange (the group also receives from that peer) or under lazy loading (it would be "      \
+    "staged), waits on the CPU up to min(this, its size at 400 GB/s) us for the receiver to "     \
+    "post, so it pushes straight from its buffer; 0: never.")                                    \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
     "Seconds an SM-free message may wait for its peer before failing (0: no limit).")           \
   X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "2M",                                 \

@@ -257,14 +257,19 @@ void P2pEngine::failClaimed(std::vector<Op>& ops, Status s) {
   asyncError_->compare_exchange_strong(expected, s, std::memory_order_release);
 }
 
-// A large send whose receiver has not posted yet, in a group where this rank
-// was also first to a receive from the same peer: claimed now, the peer
-// would arrive second for both messages and its GPU would copy both ways
-// (a pull and a push), which moves each direction at about half the rate
-// of two pushes (bench/ce_split.cu, pattern one:both). Waiting briefly on
-// the CPU for the peer's receive lets this rank push its own bytes. The
-// wait is bounded by about what it can save (the message at 400 GB/s), so
-// a peer that comes late costs the CPU no more than the GPU would lose.
+// A large send whose receiver has not posted yet. Claimed now, it would be
+// FIRST, which costs in two cases:
+//   - an exchange (this rank was also first to a receive from the same
+//     peer in this group): the peer would arrive second for both messages
+//     and its GPU would copy both ways (a pull and a push), about half the
+//     rate of two pushes (bench/ce_split.cu, pattern one:both);
+//   - lazy module loading (stageSends_): a first sender stages its bytes (a
+//     local copy of the whole message) and the receiver pulls them.
+// Waiting briefly on the CPU for the receiver makes this rank second: it
+// pushes straight from its buffer (the wait a second sender's copy makes
+// is only for work the receiver already submitted: NCCL-equivalent). The
+// wait is bounded by about what it saves (the message at 400 GB/s), so a
+// late receiver costs the CPU no more than the GPU would have lost.
 void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
                               size_t i) {
   constexpr uint64_t kMinBytes = uint64_t{1} << 20;
@@ -275,12 +280,14 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
     exchange = exchange || (!tasks[j].isSend && tasks[j].peer == t.peer && ops[j].claimed &&
                             ops[j].first && tasks[j].bytes >= kMinBytes);
   }
-  if (!exchange) return;
+  // A peer in this process is usually driven by this same thread (one
+  // group over several devices' communicators): it cannot post meanwhile.
+  if (ops[i].conn->samePeerProcess || !(exchange || stageSends_)) return;
   const Op& op = ops[i];
   const int64_t ns = std::min<int64_t>(pushWaitNs_, static_cast<int64_t>(t.bytes / 400));
   bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
-  FERRY_TRACE(kLogP2p, "send to peer %d: message %llu: receiver %s within %lld us",
-              t.peer, static_cast<unsigned long long>(op.seq),
+  FERRY_TRACE(kLogP2p, "send to peer %d: message %llu (%s): receiver %s within %lld us", t.peer,
+              static_cast<unsigned long long>(op.seq), exchange ? "exchange" : "would stage",
               arrived ? "posted" : "did not post", static_cast<long long>(ns / 1000));
 }
 
