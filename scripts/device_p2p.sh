@@ -326,6 +326,11 @@ for s in $stages; do
       done
     done 2>&1 | tee "$out/zerosmcond.txt"
     ;;
+  spincost)
+    # What a one-thread wait kernel costs a GEMM, by carveout (bench/spin_cost.cu).
+    stage spincost
+    timeout 120 $b/bench/ferry-spin-cost ${SPINCOST_WINDOW_MS:-300} 2>&1 | tee "$out/spincost.txt"
+    ;;
   zerosmalias)
     stage zerosmalias
     # ALIAS_PRE: streams made before the wait parks; ALIAS_SPIN: a spin
