@@ -136,14 +136,12 @@ for s in $stages; do
     ;;
   memopsuite)
     # The SM-free GPU suite and the lazy-loading scenario with zero-SM (memop)
-    # user waits, under both module-loading modes. The copy streams never wait
-    # on the GPU here (FERRY_P2P_STREAM_WAIT=0): a pending stream wait would
-    # stall lazy loads.
+    # user waits, under both module-loading modes.
     stage memopsuite
     (cd $b && timeout 30 ctest -R "RuntimeCudaZc" --timeout 25 2>&1 | grep -E "Failed|tests passed")
     for mode in LAZY EAGER; do
       echo "--- $mode memop"
-      (cd $b && CUDA_MODULE_LOADING=$mode FERRY_USER_WAIT=memop FERRY_P2P_STREAM_WAIT=0 timeout 150 \
+      (cd $b && CUDA_MODULE_LOADING=$mode FERRY_USER_WAIT=memop timeout 150 \
         ctest -R "gpu.p2p|gpu.coll.mixed|gpu.coll.graph" -E "${MEMOP_EXCLUDE:-large}" --timeout 40 \
         >"$out/memopsuite-$mode.log" 2>&1
        grep -E "Failed|Timeout|tests passed" "$out/memopsuite-$mode.log" | head -12)

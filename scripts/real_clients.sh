@@ -12,7 +12,8 @@
 #                      after $DIAG_WAIT s, native stacks of both ranks (cuda-gdb)
 #           summary    the tables (always last)
 # Modes: nccl-lazy nccl-eager (NVIDIA's NCCL), ferry-lazy ferry-eager (Ferry,
-# SM-free default), kernel-lazy kernel-eager (Ferry, NCCL_PASS_SM=0); lazy is
+# SM-free default), kernel-lazy kernel-eager (Ferry, NCCL_PASS_SM=0),
+# memop-lazy memop-eager (Ferry SM-free with zero-SM stream waits); lazy is
 # torch's default module loading, eager is CUDA_MODULE_LOADING=EAGER. A mode
 # may carry a suffix to repeat it as its own column (ferry-lazy-r2).
 set -uo pipefail
@@ -41,6 +42,7 @@ mode_env() {
   case $1 in
   ferry-*) e="LD_PRELOAD=$ferry" ;;
   kernel-*) e="LD_PRELOAD=$ferry NCCL_PASS_SM=0" ;;
+  memop-*) e="LD_PRELOAD=$ferry FERRY_USER_WAIT=memop" ;;
   esac
   case $1 in *-eager*) e="$e CUDA_MODULE_LOADING=EAGER" ;; esac
   echo "$e"
