@@ -19,8 +19,9 @@
     "Network engine for peers on other hosts: Socket (built-in) or a net plugin's name; empty: "  \
     "the plugin when one loads, else Socket.")                                                    \
   X(NetPlugin, "NCCL_NET_PLUGIN", String, "",                                                      \
-    "Net plugin library: a path, a file name, or a name N loading libnccl-net-N.so; none or "     \
-    "empty: libnccl-net.so if present; \"none\": no plugin.")                                    \
+    "Net plugin libraries, a comma list tried in order (as NCCL 2.28): each entry as written, "   \
+    "then libnccl-net-<entry>.so unless it is a path or lib*.so; unset or empty: libnccl-net.so " \
+    "if present; none: no plugin.")                                                              \
   X(SocketNthreads, "NCCL_SOCKET_NTHREADS", Int, "0",                                             \
     "Socket engine: helper threads per connection (1..16; 0: 2).")                                \
   X(NsocksPerthread, "NCCL_NSOCKS_PERTHREAD", Int, "0",                                           \
@@ -63,8 +64,9 @@
     "1: a group's sends to self and receives from self (e.g. all-to-all's own block) become one " \
     "stream-ordered copy each when they pair up one to one; 0: through the proxy like any peer.") \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
-    "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs), kernel " \
-    "(a one-thread spin kernel), auto (kernel on CUDA: memop waits block other streams' kernels on H200).")     \
+    "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs; the "    \
+    "spin kernel still on the legacy NULL stream and with CUDA_DEVICE_MAX_CONNECTIONS=1), kernel " \
+    "(a one-thread spin kernel: costs a GEMM beside it 5-7%), auto (kernel on CUDA).")            \
   X(P2pStageSends, "FERRY_P2P_STAGE_SENDS", String, "auto",                                        \
     "1: a send that arrives before its receiver copies its payload to a staging block on its "    \
     "own stream and never waits for the receiver; 0: never; auto: on CUDA under lazy loading.")   \

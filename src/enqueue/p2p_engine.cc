@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -35,20 +36,24 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->zeroCopy_ = ctx.params->getInt(ParamId::P2pZeroCopy) != 0;
   e->selfCopy_ = ctx.params->getInt(ParamId::P2pSelfCopy) != 0;
   const std::string& wait = ctx.params->getString(ParamId::UserWait);
-  if (wait == "memop") {
-    if (ctx.runtime->kind() == rt::RuntimeKind::Cuda) {
-      FERRY_WARN(
-          "FERRY_USER_WAIT=memop: on H200 / driver 580 a stream parked in cuStreamWaitValue64 "
-          "has kept kernels on other streams from running until it was released (NOTES.md trap "
-          "16), which can deadlock a collective or kernel p2p launched while a receive waits");
-    }
-  } else if (wait != "kernel" && wait != "auto") {
+  // A parked wait-value blocks its hardware queue: with a single device
+  // connection every stream shares that queue and stops behind it (NOTES.md
+  // trap 16, ferry-zerosm-cond). The spin kernel keeps the queue moving.
+  const char* conns = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const bool oneQueue = conns != nullptr && atoi(conns) == 1;
+  bool memop = wait == "memop";
+  if (memop && oneQueue && ctx.runtime->kind() == rt::RuntimeKind::Cuda) {
+    FERRY_WARN(
+        "FERRY_USER_WAIT=memop with CUDA_DEVICE_MAX_CONNECTIONS=1: a parked stream wait would "
+        "stop every stream of the process; using the one-thread spin kernel instead");
+    memop = false;
+  } else if (wait != "memop" && wait != "kernel" && wait != "auto") {
     FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
   }
-  // auto = the spin kernel on CUDA (NOTES.md trap 16); the host runtime's
-  // spin wait is its stream wait.
-  e->spinWait_ =
-      wait == "kernel" || (wait != "memop" && ctx.runtime->kind() == rt::RuntimeKind::Cuda);
+  // auto = the spin kernel on CUDA (a zero-SM default awaits its GPU
+  // validation: NOTES.md trap 16); the host runtime's spin wait is its
+  // stream wait.
+  e->spinWait_ = !memop && (wait == "kernel" || ctx.runtime->kind() == rt::RuntimeKind::Cuda);
   const bool lazyCuda =
       ctx.runtime->kind() == rt::RuntimeKind::Cuda && ctx.runtime->lazyModuleLoading();
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);
@@ -126,7 +131,12 @@ Status P2pEngine::userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word
       static_cast<size_t>(reinterpret_cast<char*>(&word) - reinterpret_cast<char*>(ctrl.ctrl)),
       static_cast<void*>(ctrl.ctrl), static_cast<unsigned long long>(value),
       static_cast<unsigned long long>(word.load()));
-  if (spinWait_) return stream.waitValue64Spin(addr, value);
+  // The legacy NULL stream synchronizes with every blocking stream: parked
+  // in a wait-value it would stop their kernels too (trap 16), so it spins.
+  const bool legacy = runtime_->kind() == rt::RuntimeKind::Cuda &&
+                      (stream.nativeHandle() == nullptr ||
+                       stream.nativeHandle() == reinterpret_cast<void*>(uintptr_t{1}));
+  if (spinWait_ || legacy) return stream.waitValue64Spin(addr, value);
   return stream.waitValue64(addr, value, rt::WaitCondition::Geq);
 }
 

@@ -71,7 +71,9 @@ class NetEngine {
   [[nodiscard]] virtual Status properties(int dev, NetProperties* out) = 0;
 
   [[nodiscard]] virtual Status listen(int dev, void* handle, void** listenComm) = 0;
-  [[nodiscard]] virtual Status connect(int dev, const void* handle, void** sendComm) = 0;
+  // `handle` is the caller's own writable copy, passed again on every retry:
+  // plugins keep connection progress inside it between calls.
+  [[nodiscard]] virtual Status connect(int dev, void* handle, void** sendComm) = 0;
   [[nodiscard]] virtual Status accept(void* listenComm, void** recvComm) = 0;
 
   // type: kPtrHost or kPtrCuda.

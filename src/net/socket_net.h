@@ -1,0 +1,74 @@
+// The built-in socket network engine (NCCL_NET=Socket): NetEngine over TCP.
+//
+// Shape of one connection (sender -> receiver):
+//   - one control socket: the sender announces each message there (size and
+//     sequence number) in isend order;
+//   - NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD data sockets: a message's
+//     bytes are cut into chunks (at least 64 KiB, at most one per socket) and
+//     spread round-robin over them; each side's helper threads (one per group
+//     of NCCL_NSOCKS_PERTHREAD sockets) move the chunks, so the proxy thread
+//     only posts work and polls counters.
+// Every socket starts with a hello (magic, version, connection id, index,
+// count) so the listener can sort the sockets of concurrent connections and
+// drop strangers; the receiver mirrors the sender's thread/socket layout.
+//
+// Devices are the interfaces NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY select
+// (the bootstrap's matching rules, one device per interface name; loopback
+// when the rules name it or nothing else exists).
+//
+// Threading: as NetEngine says (one proxy thread per engine and its comms);
+// helper threads are private to each send/recv comm and are joined by
+// closeSend/closeRecv.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/ifaddr.h"
+#include "core/params.h"
+#include "core/status.h"
+#include "net/net.h"
+
+namespace ferry::net {
+
+// Timeouts of the connection set-up; defaults suit real networks, tests
+// shrink them to watch strangers being dropped.
+struct SocketNetTuning {
+  // A socket accepted by the listener must deliver its whole hello this soon.
+  int64_t helloTimeoutMs = 10000;
+  // All sockets of one connection must have arrived this soon after the first.
+  int64_t groupTimeoutMs = 30000;
+  // connect() gives up (ncclSystemError) when the peer cannot be reached by then.
+  int64_t connectTimeoutMs = 30000;
+};
+
+// Helper threads per connection and data sockets per thread, from
+// NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: 0 means 2; a value outside
+// 1..16, or a product above 64, is reported with a WARN and replaced by the
+// defaults (2 x 2).
+struct SocketNetLayout {
+  int nThreads = 2;
+  int nSocksPerThread = 2;
+};
+SocketNetLayout resolveSocketNetLayout(const Params& params);
+
+// The devices among `all` (bootstrap::listInterfaces order): one entry per
+// interface name whose name matches `spec` and whose address family matches
+// `family` (AF_UNSPEC: any), the first such address of each; with an empty
+// spec and no match, the first loopback address. Empty when nothing fits.
+std::vector<boot::InterfaceAddress> selectSocketNetDevices(
+    const std::vector<boot::InterfaceAddress>& all, const std::string& spec, int family);
+
+// The engine. ncclSystemError (with a WARN listing the interfaces) when no
+// interface fits; ncclInvalidArgument for a malformed NCCL_SOCKET_FAMILY.
+[[nodiscard]] Status createSocketNet(const Params& params, std::unique_ptr<NetEngine>* out);
+[[nodiscard]] Status createSocketNet(const Params& params, const SocketNetTuning& tuning,
+                                     std::unique_ptr<NetEngine>* out);
+
+// Introspection for tests and logs: the layout a send or recv comm of the
+// socket engine uses (a receiver reports its sender's layout).
+SocketNetLayout socketNetCommLayout(const void* comm);
+
+}  // namespace ferry::net

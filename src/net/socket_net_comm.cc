@@ -1,0 +1,273 @@
+// One direction of a socket-engine connection: the request ring, the control
+// stream (driven by the proxy thread inside post/test) and the hand-off of
+// chunks to the helper threads.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "core/log.h"
+#include "net/socket_net_internal.h"
+
+namespace ferry::net::sock {
+
+Comm::Comm(bool send, SocketNetLayout layout, boot::Socket ctrl, std::vector<boot::Socket> data,
+           std::string peer)
+    : send_(send),
+      layout_(layout),
+      peer_(std::move(peer)),
+      ctrl_(std::move(ctrl)),
+      data_(std::move(data)),
+      ring_(new Request[kMaxRequests]),
+      batches_(static_cast<size_t>(layout.nThreads)) {}
+
+Comm::~Comm() {
+  stopWorkers();
+}
+
+void Comm::stopWorkers() {
+  // Release (paired with the workers' acquire in stopping()): a flag only;
+  // joining below is what orders their last accesses before our frees.
+  stop_.store(true, std::memory_order_release);
+  for (auto& w : workers_) w->wake();
+  for (auto& w : workers_) w->join();
+}
+
+Status Comm::start() {
+  // Every worker exists, with its eventfd, before the first thread runs:
+  // fail() on any thread walks workers_ and wakes them all, so the vector
+  // and the descriptors must not change under it.
+  const int per = layout_.nSocksPerThread;
+  for (int t = 0; t < layout_.nThreads; ++t) {
+    std::vector<int> fds;
+    for (int s = 0; s < per; ++s) fds.push_back(data_[static_cast<size_t>(t * per + s)].fd());
+    workers_.push_back(std::make_unique<Worker>(this, t, std::move(fds), send_));
+    FERRY_CHECK(workers_.back()->open());
+  }
+  for (auto& w : workers_) FERRY_CHECK(w->launch());
+  FERRY_INFO(kLogNet, "net/socket: %s comm with %s ready: %d threads x %d sockets",
+             send_ ? "send" : "recv", peer_.c_str(), layout_.nThreads, layout_.nSocksPerThread);
+  return ncclSuccess;
+}
+
+void Comm::fail(Status s, const char* fmt, ...) {
+  int expected = 0;
+  // acq_rel: the first failure wins and is the one logged; a reader's
+  // acquire load sees the code (no other data rides on it).
+  if (!failure_.compare_exchange_strong(expected, static_cast<int>(s), std::memory_order_acq_rel)) {
+    return;
+  }
+  char text[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  FERRY_WARN("%s", text);
+  // Workers sleeping in poll() must see the failure and abandon their chunks
+  // so that every pending request completes.
+  for (auto& w : workers_) w->wake();
+}
+
+Status Comm::post(void* data, uint64_t bytes, Request** out) {
+  *out = nullptr;
+  if (data == nullptr && bytes > 0) {
+    FERRY_FAIL(ncclInvalidArgument, "net/socket: %s of %llu bytes from a null buffer",
+               send_ ? "isend" : "irecv", static_cast<unsigned long long>(bytes));
+  }
+  Request& r = slot(posted_);
+  if (r.inUse) return ncclSuccess;  // kMaxRequests outstanding: "not now"
+  r.comm = this;
+  r.inUse = true;
+  r.seq = posted_++;
+  r.data = static_cast<uint8_t*>(data);
+  r.capacity = bytes;
+  r.size = send_ ? bytes : 0;
+  r.ctrlDone = false;
+  r.error = ncclSuccess;
+  r.nChunks = 0;
+  // Relaxed: no worker holds a chunk of this slot (the previous occupant was
+  // reported only after all its chunks settled), so nothing races here; the
+  // worker mutex in dispatch() publishes these values.
+  r.settled.store(0, std::memory_order_relaxed);
+  r.failedChunks.store(0, std::memory_order_relaxed);
+  // A send's chunks go out at once; the receiver reads the announcement
+  // first and only then the data, so the two streams need no ordering.
+  if (send_) dispatch(&r);
+  progress();
+  *out = &r;
+  return ncclSuccess;
+}
+
+// Hands a request's chunks to the helper threads that own their sockets.
+void Comm::dispatch(Request* r) {
+  if (failure() != ncclSuccess) return;  // nChunks stays 0: test() reports the failure
+  const int nData = static_cast<int>(data_.size());
+  uint64_t chunk = 0;
+  uint32_t n = 0;
+  planChunks(r->size, nData, &chunk, &n);
+  r->nChunks = n;
+  for (uint32_t i = 0; i < n; ++i) {
+    int sock = (nextSock_ + static_cast<int>(i)) % nData;
+    uint64_t off = chunk * i;
+    Task t;
+    t.req = r;
+    t.ptr = r->data + off;
+    t.len = std::min(chunk, r->size - off);
+    t.sock = sock % layout_.nSocksPerThread;
+    batches_[static_cast<size_t>(sock / layout_.nSocksPerThread)].push_back(t);
+  }
+  nextSock_ = static_cast<int>((static_cast<uint64_t>(nextSock_) + n) % nData);
+  for (size_t w = 0; w < batches_.size(); ++w) {
+    if (!batches_[w].empty()) workers_[w]->post(&batches_[w]);
+  }
+}
+
+void Comm::progress() {
+  if (failure() != ncclSuccess) return;
+  if (send_) {
+    progressSendCtrl();
+  } else {
+    progressRecvCtrl();
+  }
+}
+
+// Writes the announcements of posted sends, in order, as far as the socket
+// takes them.
+void Comm::progressSendCtrl() {
+  while (ctrlSeq_ < posted_) {
+    Request& r = slot(ctrlSeq_);
+    if (ctrlOff_ == 0) encodeCtrl(static_cast<uint32_t>(r.seq), r.size, ctrlBuf_);
+    size_t n = 0;
+    int err = 0;
+    IoResult res = sendSome(ctrl_.fd(), ctrlBuf_ + ctrlOff_, kCtrlBytes - ctrlOff_, &n, &err);
+    if (res == IoResult::kWouldBlock) return;
+    if (res != IoResult::kProgress) {
+      return fail(ncclSystemError, "net/socket: send to %s failed on the control socket: %s",
+                  peer_.c_str(), err == 0 ? "peer closed the connection" : strerror(err));
+    }
+    ctrlOff_ += n;
+    if (ctrlOff_ < kCtrlBytes) return;
+    ctrlOff_ = 0;
+    r.ctrlDone = true;
+    ++ctrlSeq_;
+  }
+}
+
+// The receiver never writes to the control socket, so anything readable
+// there is the peer closing (or resetting) the connection.
+void Comm::checkPeerAlive() {
+  pollfd p{ctrl_.fd(), POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0 || p.revents == 0) return;
+  uint8_t byte = 0;
+  ssize_t n = ::recv(ctrl_.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n > 0) {
+    return fail(ncclSystemError, "net/socket: protocol error: %s wrote on the control socket",
+                peer_.c_str());
+  }
+  fail(ncclSystemError, "net/socket: the receiver %s closed the connection%s%s", peer_.c_str(),
+       n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+}
+
+// Reads the announcements of the messages that match posted receives and
+// posts their chunks.
+void Comm::progressRecvCtrl() {
+  while (ctrlSeq_ < posted_) {
+    size_t n = 0;
+    int err = 0;
+    IoResult res = recvSome(ctrl_.fd(), ctrlBuf_ + ctrlOff_, kCtrlBytes - ctrlOff_, &n, &err);
+    if (res == IoResult::kWouldBlock) return;
+    if (res != IoResult::kProgress) {
+      return fail(ncclSystemError, "net/socket: receive from %s failed on the control socket: %s",
+                  peer_.c_str(), err == 0 ? "peer closed the connection" : strerror(err));
+    }
+    ctrlOff_ += n;
+    if (ctrlOff_ < kCtrlBytes) return;
+    ctrlOff_ = 0;
+    Request& r = slot(ctrlSeq_);
+    uint32_t seq = 0;
+    uint64_t size = 0;
+    if (!decodeCtrl(ctrlBuf_, &seq, &size) || seq != static_cast<uint32_t>(r.seq)) {
+      return fail(ncclSystemError,
+                  "net/socket: protocol error from %s: bad announcement for message %llu",
+                  peer_.c_str(), static_cast<unsigned long long>(r.seq));
+    }
+    if (size > r.capacity) {
+      // The message's bytes are already on their way; the stream cannot be
+      // resynchronised, so the comm is finished too.
+      r.error = ncclInvalidUsage;
+      return fail(ncclInvalidUsage,
+                  "net/socket: message %llu from %s has %llu bytes but the receive buffer "
+                  "only %llu",
+                  static_cast<unsigned long long>(r.seq), peer_.c_str(),
+                  static_cast<unsigned long long>(size),
+                  static_cast<unsigned long long>(r.capacity));
+    }
+    r.size = size;
+    dispatch(&r);
+    r.ctrlDone = true;
+    ++ctrlSeq_;
+  }
+}
+
+Status Comm::test(Request* r, int* done, size_t* size) {
+  *done = 0;
+  if (!r->inUse || r->comm != this) {
+    FERRY_FAIL(ncclInvalidArgument, "net/socket: test of a request that is not pending");
+  }
+  progress();
+  Status failed = failure();
+  // Acquire: pairs with the workers' release increments; every chunk's bytes
+  // are in place (or abandoned for good) once the count is complete.
+  if ((!r->ctrlDone && failed == ncclSuccess) ||
+      r->settled.load(std::memory_order_acquire) < r->nChunks) {
+    // Only a request still waiting needs the peer: a receiver that closed
+    // after taking every byte is normal teardown, not a failure to report.
+    if (send_ && failed == ncclSuccess) checkPeerAlive();
+    return ncclSuccess;
+  }
+  Status s = r->error;
+  // Relaxed: the acquire load of `settled` above already ordered every
+  // worker's increment of failedChunks before this read. failure() is read
+  // again: a chunk abandoned after the first read implies a failure that
+  // the acquire load of `settled` has made visible by now.
+  if (s == ncclSuccess && (!r->ctrlDone || r->failedChunks.load(std::memory_order_relaxed) > 0)) {
+    s = failure();
+  }
+  r->inUse = false;
+  if (s != ncclSuccess) {
+    FERRY_INFO(kLogNet, "net/socket: %s %llu with %s failed: %s", send_ ? "send" : "receive",
+               static_cast<unsigned long long>(r->seq), peer_.c_str(), statusString(s));
+    return s;
+  }
+  *done = 1;
+  if (size != nullptr) *size = static_cast<size_t>(r->size);
+  return ncclSuccess;
+}
+
+Status Comm::registerMemory(void* data, size_t size, void** handle) {
+  auto region = std::make_unique<MemRegion>();
+  region->data = data;
+  region->size = size;
+  *handle = region.get();
+  regions_.push_back(std::move(region));
+  return ncclSuccess;
+}
+
+Status Comm::deregisterMemory(void* handle) {
+  auto it =
+      std::find_if(regions_.begin(), regions_.end(),
+                   [handle](const std::unique_ptr<MemRegion>& m) { return m.get() == handle; });
+  if (it == regions_.end()) {
+    FERRY_FAIL(ncclInvalidArgument, "net/socket: deregMr of a handle this comm did not register");
+  }
+  regions_.erase(it);
+  return ncclSuccess;
+}
+
+}  // namespace ferry::net::sock

@@ -1,0 +1,304 @@
+// Internals of the socket network engine (net/socket_net.h): wire formats,
+// the per-connection comm with its helper threads, the listener's sorting of
+// incoming sockets and the sender's non-blocking connect.
+//
+// Wire formats (little-endian, encoded field by field):
+//   listen handle (first 36 of kNetHandleBytes, the rest zero):
+//     u64 magic | u32 version | u16 family | u16 port | 16 B ip | u32 scope id
+//   hello, first 32 bytes on every socket of a connection (sender -> receiver):
+//     u64 magic | u32 version | u16 index | u16 count | u16 nThreads |
+//     u16 reserved (0) | u32 reserved (0) | u64 connection id
+//     index 0 is the control socket, 1..count-1 the data sockets, grouped by
+//     helper thread (count - 1 = nThreads x sockets per thread).
+//   control frame, one per isend on the control socket:
+//     u32 kCtrlTag | u32 sequence (low 32 bits) | u64 size
+// Data sockets carry raw chunk bytes; chunk i of the k-th message travels on
+// data socket (base_k + i) % nData, where base advances by each message's
+// chunk count, so both ends derive the same placement from the sizes alone.
+//
+// Threading: a Comm is driven by the proxy thread (post/test/close) and its
+// helper threads (Worker); the fields each side may touch are marked below.
+// ListenComm and Connector belong to the proxy thread only.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/socket.h"
+#include "core/fd.h"
+#include "core/status.h"
+#include "net/socket_net.h"
+
+namespace ferry::net::sock {
+
+constexpr uint64_t kMagic = 0x3174654e79727246ull;  // "FrryNet1" read little-endian
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHandleUsedBytes = 36;
+constexpr size_t kHelloBytes = 32;
+constexpr size_t kCtrlBytes = 16;
+constexpr uint32_t kCtrlTag = 0x4d53464eu;  // "NFSM"
+constexpr uint64_t kMinChunkBytes = 64 * 1024;
+constexpr int kMaxThreads = 16;
+constexpr int kMaxSocksPerThread = 16;
+constexpr int kMaxDataSocks = 64;
+// Outstanding requests per comm (each way); a post beyond it answers "not now".
+constexpr int kMaxRequests = 128;
+
+// ------------------------------------------------------------ wire (wire.cc)
+
+void encodeHandle(const boot::SocketAddress& addr, void* out);
+// ncclInvalidArgument (with a WARN) for a handle that is not ours.
+[[nodiscard]] Status decodeHandle(const void* in, boot::SocketAddress* out);
+
+struct Hello {
+  uint64_t connId = 0;
+  uint32_t index = 0;
+  uint32_t count = 0;  // sockets of the connection, control included
+  uint32_t nThreads = 0;
+};
+void encodeHello(const Hello& h, uint8_t out[kHelloBytes]);
+// False (with the reason in *why) for anything but a well-formed hello.
+bool decodeHello(const uint8_t* in, Hello* out, std::string* why);
+// Whether the first `n` (< 8) received bytes can still begin our magic.
+bool magicPrefixOk(const uint8_t* in, size_t n);
+
+void encodeCtrl(uint32_t seq, uint64_t size, uint8_t out[kCtrlBytes]);
+bool decodeCtrl(const uint8_t* in, uint32_t* seq, uint64_t* size);
+
+// How a message of `size` bytes is cut over `nData` sockets.
+void planChunks(uint64_t size, int nData, uint64_t* chunkBytes, uint32_t* nChunks);
+
+// A random, non-zero 64-bit connection id.
+uint64_t newConnectionId();
+
+// Outcome of one non-blocking send/recv on a stream socket.
+enum class IoResult { kProgress, kWouldBlock, kClosed, kError };
+// *moved gets the byte count; *err the errno for kClosed (0 for an orderly
+// close) and kError.
+IoResult sendSome(int fd, const void* data, size_t bytes, size_t* moved, int* err);
+IoResult recvSome(int fd, void* data, size_t bytes, size_t* moved, int* err);
+
+// --------------------------------------------------------- comm (comm.cc)
+
+class Comm;
+
+// One isend or irecv. Lives in its comm's ring until test() reports it.
+struct Request {
+  // Proxy thread only.
+  Comm* comm = nullptr;
+  bool inUse = false;
+  uint64_t seq = 0;
+  uint8_t* data = nullptr;
+  uint64_t capacity = 0;       // receive buffer size (sends: the message size)
+  uint64_t size = 0;           // bytes of the message (receives: as announced)
+  bool ctrlDone = false;       // sends: announced; receives: announcement read, chunks posted
+  Status error = ncclSuccess;  // this request's own failure (a truncated receive)
+  // Written by the proxy before the chunks are posted (the workers' mutex
+  // publishes it); the workers never read it.
+  uint32_t nChunks = 0;
+  // Chunks finished or abandoned by the helper threads. Each worker adds with
+  // release after its last access to the chunk's bytes and to this request;
+  // the proxy loads with acquire before reporting the request, so the caller
+  // sees every received byte and may reuse the buffer. The increments form
+  // one release sequence, so reading the final count syncs with all of them.
+  std::atomic<uint32_t> settled{0};
+  // Chunks abandoned after a failure; written before the `settled` release
+  // that publishes them.
+  std::atomic<uint32_t> failedChunks{0};
+};
+
+// A chunk of one request on one of a worker's sockets.
+struct Task {
+  Request* req = nullptr;
+  uint8_t* ptr = nullptr;
+  uint64_t len = 0;
+  uint64_t done = 0;
+  int sock = 0;  // index among the worker's sockets
+};
+
+// A helper thread owning a few data sockets of one comm (comm_worker.cc).
+class Worker {
+ public:
+  // `fds` are borrowed: the comm owns the sockets and joins this worker
+  // before closing them.
+  Worker(Comm* comm, int index, std::vector<int> fds, bool send);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Creates the wake-up eventfd; launch() then starts the thread.
+  [[nodiscard]] Status open();
+  [[nodiscard]] Status launch();
+  // Proxy thread: hands over chunks (under the mutex, which publishes the
+  // tasks and their requests' fields) and wakes the thread.
+  void post(std::vector<Task>* tasks);
+  // Any thread: interrupts the worker's poll (new work, failure or stop).
+  void wake();
+  void join();
+
+ private:
+  void run();
+  void takeIncoming();
+  bool progressSocket(int s);
+  bool progressAll();
+  void dropAll();
+  void waitForWork();
+
+  Comm* comm_;
+  int index_;
+  std::vector<int> fds_;
+  bool send_;
+  UniqueFd wakeFd_;
+  std::mutex mu_;
+  std::vector<Task> incoming_;  // guarded by mu_
+  // Thread-private once the thread runs.
+  std::vector<std::deque<Task>> queues_;
+  std::vector<Task> scratch_;
+  std::thread thread_;
+};
+
+// A registered memory region (regMr); the handle given to the caller.
+struct MemRegion {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+// One direction of a connection: the send side or the receive side.
+class Comm {
+ public:
+  Comm(bool send, SocketNetLayout layout, boot::Socket ctrl, std::vector<boot::Socket> data,
+       std::string peer);
+  // Stops and joins the workers before any socket or request goes away.
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  [[nodiscard]] Status start();
+  bool isSend() const { return send_; }
+  SocketNetLayout layout() const { return layout_; }
+  const std::string& peer() const { return peer_; }
+
+  // Proxy thread. A null *out means the request ring is full: try later.
+  [[nodiscard]] Status post(void* data, uint64_t bytes, Request** out);
+  [[nodiscard]] Status test(Request* r, int* done, size_t* size);
+  [[nodiscard]] Status registerMemory(void* data, size_t size, void** handle);
+  [[nodiscard]] Status deregisterMemory(void* handle);
+
+  // Any thread: records the first failure (WARN once) and wakes the workers.
+  void fail(Status s, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  // The first failure, ncclSuccess while healthy. Acquire: pairs with fail().
+  Status failure() const { return static_cast<Status>(failure_.load(std::memory_order_acquire)); }
+  // Acquire: pairs with the release store in the destructor.
+  bool stopping() const { return stop_.load(std::memory_order_acquire); }
+
+ private:
+  void progress();
+  void progressSendCtrl();
+  void progressRecvCtrl();
+  void checkPeerAlive();
+  void dispatch(Request* r);
+  void stopWorkers();
+  Request& slot(uint64_t seq) { return ring_[seq % kMaxRequests]; }
+
+  const bool send_;
+  const SocketNetLayout layout_;
+  const std::string peer_;
+  boot::Socket ctrl_;
+  std::vector<boot::Socket> data_;
+  std::unique_ptr<Request[]> ring_;
+  std::vector<std::unique_ptr<MemRegion>> regions_;
+  // Proxy thread only: sequence numbers posted / announced, the control
+  // frame in progress, the next chunk placement.
+  uint64_t posted_ = 0;
+  uint64_t ctrlSeq_ = 0;
+  uint8_t ctrlBuf_[kCtrlBytes] = {};
+  size_t ctrlOff_ = 0;
+  int nextSock_ = 0;
+  std::vector<std::vector<Task>> batches_;
+  // Set once (first failure wins, compare-exchange acq_rel), read by all.
+  std::atomic<int> failure_{0};
+  std::atomic<bool> stop_{false};
+  // Declared last: destroyed first, although the destructor joins them already.
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+// --------------------------------------------- connection set-up (setup.cc)
+
+// The listener: accepts sockets, reads their hellos without ever blocking,
+// sorts them into connections by id, drops strangers.
+class ListenComm {
+ public:
+  ListenComm(boot::Socket listener, const SocketNetTuning& tuning);
+  // A complete connection in *out, or null when none is ready yet.
+  [[nodiscard]] Status accept(std::unique_ptr<Comm>* out);
+  size_t pendingSockets() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    boot::Socket sock;
+    boot::SocketAddress peer;
+    boot::Deadline deadline;
+    uint8_t hello[kHelloBytes] = {};
+    size_t got = 0;
+  };
+  struct Group {
+    Hello first;
+    std::vector<boot::Socket> socks;  // by index; invalid until arrived
+    uint32_t arrived = 0;
+    boot::Deadline deadline;
+    boot::SocketAddress peer;
+    uint64_t order = 0;  // arrival order, to evict the oldest
+  };
+  [[nodiscard]] Status acceptNew();
+  [[nodiscard]] Status pumpOne(Pending& p, bool* finished);
+  [[nodiscard]] Status place(Pending& p, const Hello& h);
+  [[nodiscard]] Status completeGroup(Group& g);
+  void expire();
+
+  boot::Socket listener_;
+  SocketNetTuning tuning_;
+  std::vector<Pending> pending_;
+  std::map<uint64_t, Group> groups_;
+  uint64_t groupOrder_ = 0;
+  std::deque<std::unique_ptr<Comm>> ready_;
+};
+
+// The sender's side of connect(): opens the control and data sockets and
+// writes their hellos, a little more on every call.
+class Connector {
+ public:
+  Connector(const boot::SocketAddress& addr, SocketNetLayout layout, const SocketNetTuning& tuning);
+  // Success with a null *out until every socket is connected and greeted.
+  [[nodiscard]] Status progress(std::unique_ptr<Comm>* out);
+
+ private:
+  enum class State { kIdle, kConnecting, kGreeting, kDone };
+  struct Slot {
+    boot::Socket sock;
+    State state = State::kIdle;
+    boot::Deadline retryAt;  // kIdle: when to (re)try
+    int64_t backoffMs = 1;
+    uint8_t hello[kHelloBytes] = {};
+    size_t sent = 0;
+  };
+  [[nodiscard]] Status startSlot(Slot& s);
+  [[nodiscard]] Status pollConnecting();
+  [[nodiscard]] Status greet(Slot& s);
+  [[nodiscard]] Status retryLater(Slot& s, int err);
+
+  boot::SocketAddress addr_;
+  SocketNetLayout layout_;
+  boot::Deadline deadline_;
+  int64_t timeoutMs_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace ferry::net::sock

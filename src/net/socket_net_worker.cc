@@ -1,0 +1,184 @@
+// The socket engine's helper threads: each moves the chunks queued on its
+// own data sockets with non-blocking I/O and poll(), so a slow socket never
+// holds up another one and the proxy thread never waits on the network.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+#include <utility>
+
+#include "core/log.h"
+#include "net/socket_net_internal.h"
+
+namespace ferry::net::sock {
+
+namespace {
+
+// Longest sleep in poll(): every wake-up reason also writes the eventfd, so
+// this only bounds the damage of a lost wake-up.
+constexpr int kPollMs = 200;
+// Bytes one socket may move per visit before the others of the same thread
+// get their turn.
+constexpr uint64_t kVisitBytes = 4ull << 20;
+
+}  // namespace
+
+Worker::Worker(Comm* comm, int index, std::vector<int> fds, bool send)
+    : comm_(comm), index_(index), fds_(std::move(fds)), send_(send), queues_(fds_.size()) {}
+
+Worker::~Worker() {
+  join();
+}
+
+Status Worker::open() {
+  wakeFd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wakeFd_) FERRY_FAIL(ncclSystemError, "net/socket: eventfd failed: %s", strerror(errno));
+  return ncclSuccess;
+}
+
+Status Worker::launch() {
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (const std::system_error& e) {
+    FERRY_FAIL(ncclSystemError, "net/socket: cannot start helper thread: %s", e.what());
+  }
+  return ncclSuccess;
+}
+
+void Worker::post(std::vector<Task>* tasks) {
+  {
+    // The mutex publishes the tasks and the request fields written before
+    // (data pointer, sizes) to the worker, which reads them under it.
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.insert(incoming_.end(), tasks->begin(), tasks->end());
+  }
+  tasks->clear();
+  wake();
+}
+
+void Worker::wake() {
+  if (!wakeFd_) return;
+  uint64_t one = 1;
+  ssize_t n = write(wakeFd_.get(), &one, sizeof(one));
+  (void)n;  // EAGAIN: the counter is saturated, which already means "wake up"
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::takeIncoming() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scratch_.swap(incoming_);
+  }
+  for (Task& t : scratch_) queues_[t.sock].push_back(t);
+  scratch_.clear();
+}
+
+// Settles every queued chunk as failed: the requests then complete (with the
+// comm's error) and nothing here touches their buffers again.
+void Worker::dropAll() {
+  for (auto& q : queues_) {
+    for (Task& t : q) {
+      Request* r = t.req;
+      // Relaxed: published by the release increment of `settled` below.
+      r->failedChunks.fetch_add(1, std::memory_order_relaxed);
+      // Release: the last access to the request; the proxy's acquire load of
+      // `settled` may free the slot right after.
+      r->settled.fetch_add(1, std::memory_order_release);
+    }
+    q.clear();
+  }
+}
+
+// Moves bytes on socket `s` until it would block, its queue empties or the
+// visit's budget is spent. True when any byte moved.
+bool Worker::progressSocket(int s) {
+  auto& q = queues_[s];
+  uint64_t budget = kVisitBytes;
+  bool moved = false;
+  while (!q.empty() && budget > 0) {
+    Task& t = q.front();
+    while (t.done < t.len && budget > 0) {
+      size_t want = static_cast<size_t>(std::min(t.len - t.done, budget));
+      size_t n = 0;
+      int err = 0;
+      IoResult r = send_ ? sendSome(fds_[s], t.ptr + t.done, want, &n, &err)
+                         : recvSome(fds_[s], t.ptr + t.done, want, &n, &err);
+      if (r == IoResult::kWouldBlock) return moved;
+      if (r != IoResult::kProgress) {
+        comm_->fail(ncclSystemError,
+                    "net/socket: %s data socket %d (thread %d) to %s failed after %llu of %llu "
+                    "bytes of a chunk: %s",
+                    send_ ? "send" : "receive", index_ * static_cast<int>(fds_.size()) + s, index_,
+                    comm_->peer().c_str(), static_cast<unsigned long long>(t.done),
+                    static_cast<unsigned long long>(t.len),
+                    err == 0 ? "peer closed the connection" : strerror(err));
+        return moved;
+      }
+      t.done += n;
+      budget -= std::min<uint64_t>(n, budget);
+      moved = true;
+    }
+    if (t.done < t.len) break;
+    Request* r = t.req;
+    q.pop_front();
+    // Release: every byte of this chunk was written to (receive) or read
+    // from (send) the caller's buffer before; the proxy's acquire load of
+    // `settled` orders them before it reports the request done.
+    r->settled.fetch_add(1, std::memory_order_release);
+  }
+  return moved;
+}
+
+bool Worker::progressAll() {
+  bool moved = false;
+  for (size_t s = 0; s < queues_.size(); ++s) {
+    if (!queues_[s].empty()) moved |= progressSocket(static_cast<int>(s));
+    if (comm_->failure() != ncclSuccess) break;
+  }
+  return moved;
+}
+
+// Sleeps until a socket with queued work is ready or the eventfd fires.
+void Worker::waitForWork() {
+  pollfd pfds[1 + kMaxSocksPerThread];
+  nfds_t n = 0;
+  pfds[n++] = pollfd{wakeFd_.get(), POLLIN, 0};
+  for (size_t s = 0; s < queues_.size(); ++s) {
+    if (queues_[s].empty()) continue;
+    pfds[n++] = pollfd{fds_[s], static_cast<short>(send_ ? POLLOUT : POLLIN), 0};
+  }
+  int rc = ::poll(pfds, n, kPollMs);
+  if (rc < 0 && errno != EINTR) {
+    comm_->fail(ncclSystemError, "net/socket: helper thread poll failed: %s", strerror(errno));
+  }
+  if (rc > 0 && (pfds[0].revents & POLLIN)) {
+    uint64_t count = 0;
+    ssize_t got = read(wakeFd_.get(), &count, sizeof(count));
+    (void)got;  // EAGAIN: another wake-up was already consumed; nothing lost
+  }
+}
+
+void Worker::run() {
+  // Acquire: pairs with the release store in Comm's destructor (a flag only;
+  // no data rides on it).
+  while (!comm_->stopping()) {
+    takeIncoming();
+    if (comm_->failure() != ncclSuccess) {
+      dropAll();
+      waitForWork();
+      continue;
+    }
+    // Try the I/O first and poll only when nothing moved: a streaming socket
+    // then costs one syscall per buffer-full instead of two.
+    if (!progressAll()) waitForWork();
+  }
+}
+
+}  // namespace ferry::net::sock

@@ -1,0 +1,660 @@
+// The built-in socket network engine (net/socket_net.h) over loopback TCP:
+// device selection and knobs, byte-exact transfers of many sizes into
+// poisoned buffers, many requests in flight both ways, several thread/socket
+// layouts, receive-size rules, a peer that closes mid-transfer, strangers on
+// the listen port, memory registration. Every wait is bounded.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "bootstrap/socket.h"
+#include "common/random.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "net/socket_net.h"
+
+namespace ferry::net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kWaitMs = 10000;  // longest any single wait in this file may take
+constexpr uint8_t kPoison = 0xA5;
+
+Params loParams(int threads = 0, int socks = 0) {
+  return Params::fromValues({{"NCCL_SOCKET_IFNAME", "lo"},
+                             {"NCCL_SOCKET_NTHREADS", std::to_string(threads)},
+                             {"NCCL_NSOCKS_PERTHREAD", std::to_string(socks)}});
+}
+
+std::unique_ptr<NetEngine> makeNet(const Params& params, SocketNetTuning tuning = {}) {
+  std::unique_ptr<NetEngine> net;
+  EXPECT_EQ(createSocketNet(params, tuning, &net), ncclSuccess);
+  return net;
+}
+
+// Calls `step` until it returns true or the budget runs out; sleeps a
+// little between calls so the helper threads get the (two) cores.
+template <typename F>
+bool pollUntil(F step, int ms = kWaitMs) {
+  auto end = Clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    if (step()) return true;
+    if (Clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void fillRandom(std::vector<uint8_t>& buf, test::Rng& rng) {
+  size_t i = 0;
+  for (; i + 8 <= buf.size(); i += 8) {
+    uint64_t v = rng.next();
+    memcpy(buf.data() + i, &v, 8);
+  }
+  for (; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(rng.next());
+}
+
+// First differing byte of got[0..n) vs want, then poison expected in
+// got[n..cap); -1 when all is as expected.
+long long firstBadByte(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                       size_t n) {
+  if (n > 0 && memcmp(got.data(), want.data(), n) != 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (got[i] != want[i]) return static_cast<long long>(i);
+    }
+  }
+  for (size_t i = n; i < got.size(); ++i) {
+    if (got[i] != kPoison) return static_cast<long long>(i);
+  }
+  return -1;
+}
+
+// A connection: `send` on sendNet, `recv` on recvNet (the same engine when
+// one thread drives both ends). Closes whatever it holds.
+struct Link {
+  NetEngine* sendNet = nullptr;
+  NetEngine* recvNet = nullptr;
+  void* listen = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  ~Link() {
+    if (send) {
+      EXPECT_EQ(sendNet->closeSend(send), ncclSuccess);
+    }
+    if (recv) {
+      EXPECT_EQ(recvNet->closeRecv(recv), ncclSuccess);
+    }
+    if (listen) {
+      EXPECT_EQ(recvNet->closeListen(listen), ncclSuccess);
+    }
+  }
+};
+
+::testing::AssertionResult connectLink(Link* l) {
+  char handle[kNetHandleBytes] = {};
+  if (l->recvNet->listen(0, handle, &l->listen) != ncclSuccess) {
+    return ::testing::AssertionFailure() << "listen failed";
+  }
+  Status bad = ncclSuccess;
+  bool ok = pollUntil([&] {
+    if (!l->send && bad == ncclSuccess) bad = l->sendNet->connect(0, handle, &l->send);
+    if (!l->recv && bad == ncclSuccess) bad = l->recvNet->accept(l->listen, &l->recv);
+    return bad != ncclSuccess || (l->send && l->recv);
+  });
+  if (bad != ncclSuccess) return ::testing::AssertionFailure() << "connect/accept: " << bad;
+  if (!ok) return ::testing::AssertionFailure() << "connect/accept did not finish";
+  return ::testing::AssertionSuccess();
+}
+
+// Polls one request to completion; *status gets test()'s failure, if any.
+::testing::AssertionResult waitRequest(NetEngine* net, void* req, size_t* size,
+                                       Status* status = nullptr, int ms = kWaitMs) {
+  Status s = ncclSuccess;
+  int done = 0;
+  bool finished = pollUntil(
+      [&] {
+        s = net->test(req, &done, size);
+        return s != ncclSuccess || done;
+      },
+      ms);
+  if (status) *status = s;
+  if (!finished) return ::testing::AssertionFailure() << "request did not complete";
+  if (s != ncclSuccess && !status) return ::testing::AssertionFailure() << "test() = " << s;
+  return ::testing::AssertionSuccess();
+}
+
+// Polls a send and its receive together (the receiver's test() is what
+// reads the announcement and starts the data moving) until both are done.
+::testing::AssertionResult waitPair(Link& l, void* sreq, void* rreq, size_t* sent, size_t* got) {
+  int sdone = 0, rdone = 0;
+  Status s = ncclSuccess;
+  bool finished = pollUntil([&] {
+    if (!sdone && s == ncclSuccess) s = l.sendNet->test(sreq, &sdone, sent);
+    if (!rdone && s == ncclSuccess) s = l.recvNet->test(rreq, &rdone, got);
+    return s != ncclSuccess || (sdone && rdone);
+  });
+  if (s != ncclSuccess) return ::testing::AssertionFailure() << "test() = " << s;
+  if (!finished) return ::testing::AssertionFailure() << "transfer did not complete";
+  return ::testing::AssertionSuccess();
+}
+
+// Posts, retrying while the engine answers "not now".
+void* postSend(Link& l, void* data, size_t n) {
+  void* req = nullptr;
+  EXPECT_TRUE(pollUntil([&] {
+    EXPECT_EQ(l.sendNet->isend(l.send, data, n, 0, nullptr, &req), ncclSuccess);
+    return req != nullptr;
+  }));
+  return req;
+}
+
+void* postRecv(Link& l, void* data, size_t cap) {
+  void* req = nullptr;
+  EXPECT_TRUE(pollUntil([&] {
+    int tag = 0;
+    void* mh = nullptr;
+    EXPECT_EQ(l.recvNet->irecv(l.recv, 1, &data, &cap, &tag, &mh, &req), ncclSuccess);
+    return req != nullptr;
+  }));
+  return req;
+}
+
+// One message of `n` bytes into a poisoned buffer of `cap` bytes.
+void roundTrip(Link& l, size_t n, size_t cap, test::Rng& rng) {
+  std::vector<uint8_t> src(n), dst(cap, kPoison);
+  fillRandom(src, rng);
+  void* rreq = postRecv(l, dst.data(), cap);
+  void* sreq = postSend(l, src.data(), n);
+  ASSERT_TRUE(rreq && sreq);
+  size_t sent = 0, got = 0;
+  ASSERT_TRUE(waitPair(l, sreq, rreq, &sent, &got));
+  EXPECT_EQ(sent, n);
+  ASSERT_EQ(got, n);
+  EXPECT_EQ(firstBadByte(dst, src, n), -1) << "size " << n << " capacity " << cap;
+}
+
+TEST(SocketNetSetup, LoopbackDevice) {
+  auto net = makeNet(loParams());
+  ASSERT_TRUE(net);
+  EXPECT_STREQ(net->name(), "Socket");
+  int n = 0;
+  ASSERT_EQ(net->devices(&n), ncclSuccess);
+  ASSERT_EQ(n, 1);
+  NetProperties p;
+  ASSERT_EQ(net->properties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.name, "lo");
+  EXPECT_EQ(p.ptrSupport, kPtrHost);
+  EXPECT_EQ(p.maxRecvs, 1);
+  EXPECT_GT(p.maxComms, 1000);
+  EXPECT_GT(p.speedMbps, 0);
+  EXPECT_EQ(p.latencyUs, 0);
+  EXPECT_EQ(net->properties(1, &p), ncclInvalidArgument);
+  EXPECT_EQ(net->properties(-1, &p), ncclInvalidArgument);
+}
+
+TEST(SocketNetSetup, BadInterfaceOrFamily) {
+  std::unique_ptr<NetEngine> net;
+  EXPECT_EQ(createSocketNet(Params::fromValues({{"NCCL_SOCKET_IFNAME", "=no_such_if0"}}), &net),
+            ncclSystemError);
+  EXPECT_NE(lastWarning().find("no_such_if0"), std::string::npos) << lastWarning();
+  EXPECT_EQ(createSocketNet(Params::fromValues({{"NCCL_SOCKET_FAMILY", "AF_BOGUS"}}), &net),
+            ncclInvalidArgument);
+  EXPECT_FALSE(net);
+}
+
+boot::InterfaceAddress iface(const char* name, const char* ip, bool loopback = false) {
+  boot::InterfaceAddress ia;
+  ia.name = name;
+  std::string text = strchr(ip, ':') ? std::string("[") + ip + "]:0" : std::string(ip) + ":0";
+  EXPECT_EQ(boot::SocketAddress::parse(text, &ia.addr), ncclSuccess);
+  ia.loopback = loopback;
+  return ia;
+}
+
+TEST(SocketNetSetup, SelectDevices) {
+  std::vector<boot::InterfaceAddress> all = {
+      iface("lo", "127.0.0.1", true), iface("eth0", "10.0.0.1"), iface("eth0", "fd00::1"),
+      iface("docker0", "172.17.0.1"), iface("ib0", "10.1.0.1"),  iface("eth1", "fd00::2"),
+      iface("lo", "::1", true)};
+  auto names = [](const std::vector<boot::InterfaceAddress>& v) {
+    std::string s;
+    for (const auto& ia : v) s += ia.name + "=" + ia.addr.hostString() + " ";
+    return s;
+  };
+  EXPECT_EQ(names(selectSocketNetDevices(all, "", AF_UNSPEC)),
+            "eth0=10.0.0.1 ib0=10.1.0.1 eth1=fd00::2 ");
+  EXPECT_EQ(names(selectSocketNetDevices(all, "", AF_INET6)), "eth0=fd00::1 eth1=fd00::2 ");
+  EXPECT_EQ(names(selectSocketNetDevices(all, "eth", AF_UNSPEC)), "eth0=10.0.0.1 eth1=fd00::2 ");
+  EXPECT_EQ(names(selectSocketNetDevices(all, "^eth,lo", AF_INET)),
+            "docker0=172.17.0.1 ib0=10.1.0.1 ");
+  EXPECT_EQ(names(selectSocketNetDevices(all, "lo", AF_UNSPEC)), "lo=127.0.0.1 ");
+  EXPECT_EQ(names(selectSocketNetDevices(all, "=lo", AF_INET6)), "lo=::1 ");
+  // Loopback only as the last resort of the default rule, never of an explicit one.
+  std::vector<boot::InterfaceAddress> loOnly = {iface("lo", "127.0.0.1", true),
+                                                iface("docker0", "172.17.0.1")};
+  EXPECT_EQ(names(selectSocketNetDevices(loOnly, "", AF_UNSPEC)), "lo=127.0.0.1 ");
+  EXPECT_EQ(names(selectSocketNetDevices(loOnly, "eth", AF_UNSPEC)), "");
+}
+
+TEST(SocketNetSetup, LayoutKnobs) {
+  auto layout = [](const char* threads, const char* socks) {
+    return resolveSocketNetLayout(
+        Params::fromValues({{"NCCL_SOCKET_NTHREADS", threads}, {"NCCL_NSOCKS_PERTHREAD", socks}}));
+  };
+  auto is = [](SocketNetLayout l, int t, int s) {
+    return l.nThreads == t && l.nSocksPerThread == s;
+  };
+  EXPECT_TRUE(is(layout("0", "0"), 2, 2));
+  EXPECT_TRUE(is(layout("1", "1"), 1, 1));
+  EXPECT_TRUE(is(layout("4", "0"), 4, 2));
+  EXPECT_TRUE(is(layout("16", "4"), 16, 4));
+  EXPECT_TRUE(is(layout("8", "8"), 8, 8));
+  EXPECT_TRUE(is(layout("17", "1"), 2, 2));
+  EXPECT_NE(lastWarning().find("NCCL_SOCKET_NTHREADS=17"), std::string::npos) << lastWarning();
+  EXPECT_TRUE(is(layout("2", "-3"), 2, 2));
+  EXPECT_NE(lastWarning().find("NCCL_NSOCKS_PERTHREAD=-3"), std::string::npos) << lastWarning();
+  EXPECT_TRUE(is(layout("16", "16"), 2, 2));
+  EXPECT_NE(lastWarning().find("exceeds 64"), std::string::npos) << lastWarning();
+  EXPECT_TRUE(is(layout("3", "100"), 2, 2));
+}
+
+TEST(SocketNetSetup, BadHandleAndUnknownComms) {
+  auto net = makeNet(loParams());
+  ASSERT_TRUE(net);
+  char junk[kNetHandleBytes];
+  memset(junk, 0x5a, sizeof(junk));
+  void* comm = nullptr;
+  EXPECT_EQ(net->connect(0, junk, &comm), ncclInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+  int dummy = 0;
+  void* req = nullptr;
+  EXPECT_EQ(net->isend(&dummy, &dummy, 4, 0, nullptr, &req), ncclInvalidArgument);
+  EXPECT_EQ(net->closeSend(&dummy), ncclInvalidArgument);
+  EXPECT_EQ(net->closeListen(&dummy), ncclInvalidArgument);
+  EXPECT_EQ(net->accept(&dummy, &comm), ncclInvalidArgument);
+}
+
+// Sizes from empty to 64 MiB, fresh random data, poisoned receive buffers
+// one page larger than the message (the tail must stay poisoned).
+TEST(SocketNetData, SizesExact) {
+  auto net = makeNet(loParams());
+  ASSERT_TRUE(net);
+  Link l{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&l));
+  test::Rng rng(test::testSeed(), 1);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4093}, size_t{65536}, size_t{65537},
+                   size_t{262147}, size_t{1000003}, size_t{4} << 20, size_t{64} << 20}) {
+    roundTrip(l, n, n + 4096, rng);
+    if (HasFatalFailure()) return;
+  }
+  // A zero-byte message into a zero-byte buffer, and a receive buffer larger
+  // than the message (size reported, the rest untouched).
+  roundTrip(l, 0, 0, rng);
+  roundTrip(l, 1000, 1 << 20, rng);
+}
+
+TEST(SocketNetData, Layouts) {
+  test::Rng rng(test::testSeed(), 2);
+  for (auto [threads, socks] : {std::pair{1, 1}, std::pair{2, 2}, std::pair{4, 4}}) {
+    SCOPED_TRACE(std::to_string(threads) + "x" + std::to_string(socks));
+    auto net = makeNet(loParams(threads, socks));
+    ASSERT_TRUE(net);
+    Link l{net.get(), net.get()};
+    ASSERT_TRUE(connectLink(&l));
+    for (void* c : {l.send, l.recv}) {
+      SocketNetLayout got = socketNetCommLayout(c);
+      EXPECT_EQ(got.nThreads, threads);
+      EXPECT_EQ(got.nSocksPerThread, socks);
+    }
+    for (size_t n : {size_t{3}, size_t{65537}, (size_t{3} << 20) + 11, size_t{8} << 20}) {
+      roundTrip(l, n, n, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// 64 messages of assorted sizes posted at once on each of two connections
+// (one each way), tested in reverse order; every byte checked.
+TEST(SocketNetData, ManyInFlightBothWays) {
+  auto net = makeNet(loParams());
+  ASSERT_TRUE(net);
+  Link ab{net.get(), net.get()}, ba{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&ab));
+  ASSERT_TRUE(connectLink(&ba));
+  constexpr int kMsgs = 64;
+  test::Rng rng(test::testSeed(), 3);
+  struct Msg {
+    std::vector<uint8_t> src, dst;
+    void* sreq = nullptr;
+    void* rreq = nullptr;
+    Link* link = nullptr;
+  };
+  std::vector<Msg> msgs(2 * kMsgs);
+  for (int i = 0; i < 2 * kMsgs; ++i) {
+    Msg& m = msgs[static_cast<size_t>(i)];
+    m.link = i % 2 ? &ba : &ab;
+    size_t n = rng.below(4) == 0 ? 0 : static_cast<size_t>(rng.below(300000));
+    m.src.resize(n);
+    fillRandom(m.src, rng);
+    m.dst.assign(n + 64, kPoison);
+  }
+  // Sends first (they sit in the ring and the socket buffers), then receives.
+  for (Msg& m : msgs) m.sreq = postSend(*m.link, m.src.data(), m.src.size());
+  for (Msg& m : msgs) m.rreq = postRecv(*m.link, m.dst.data(), m.dst.size());
+  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it) {
+    size_t sent = 0, got = 0;
+    ASSERT_TRUE(waitPair(*it->link, it->sreq, it->rreq, &sent, &got));
+    EXPECT_EQ(sent, it->src.size());
+    ASSERT_EQ(got, it->src.size());
+    EXPECT_EQ(firstBadByte(it->dst, it->src, got), -1);
+  }
+}
+
+// The request ring holds 128 outstanding requests; the next post answers
+// "not now" (null request) until one is reported.
+TEST(SocketNetData, FullRingSaysNotNow) {
+  auto net = makeNet(loParams());
+  ASSERT_TRUE(net);
+  Link l{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&l));
+  uint8_t byte = 42;
+  std::vector<void*> reqs;
+  for (int i = 0; i < 128; ++i) {
+    void* r = nullptr;
+    ASSERT_EQ(net->isend(l.send, &byte, 1, 0, nullptr, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr) << i;
+    reqs.push_back(r);
+  }
+  void* extra = nullptr;
+  ASSERT_EQ(net->isend(l.send, &byte, 1, 0, nullptr, &extra), ncclSuccess);
+  EXPECT_EQ(extra, nullptr);
+  size_t sent = 0;
+  ASSERT_TRUE(waitRequest(net.get(), reqs[0], &sent));
+  int done = 0;
+  EXPECT_EQ(net->test(reqs[0], &done, &sent), ncclInvalidArgument);  // already reported
+  ASSERT_EQ(net->isend(l.send, &byte, 1, 0, nullptr, &extra), ncclSuccess);
+  EXPECT_NE(extra, nullptr);
+}
+
+TEST(SocketNetData, TruncatedReceiveFails) {
+  auto net = makeNet(loParams());
+  ASSERT_TRUE(net);
+  Link l{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&l));
+  std::vector<uint8_t> src(2000, 1), dst(1000, kPoison);
+  void* rreq = postRecv(l, dst.data(), dst.size());
+  void* sreq = postSend(l, src.data(), src.size());
+  size_t got = 0;
+  Status s = ncclSuccess;
+  ASSERT_TRUE(waitRequest(net.get(), rreq, &got, &s));
+  EXPECT_EQ(s, ncclInvalidUsage);
+  EXPECT_NE(lastWarning().find("2000 bytes"), std::string::npos) << lastWarning();
+  for (uint8_t b : dst) ASSERT_EQ(b, kPoison);
+  // The stream cannot be trusted after that: later receives fail too.
+  void* next = postRecv(l, dst.data(), dst.size());
+  ASSERT_TRUE(waitRequest(net.get(), next, &got, &s));
+  EXPECT_NE(s, ncclSuccess);
+  ASSERT_TRUE(waitRequest(net.get(), sreq, &got));
+}
+
+// Posts 4 MiB sends nobody receives until one stays incomplete (the socket
+// buffers are full): that one is mid-transfer. Null when buffers never fill.
+void* stuckSend(Link& l, std::vector<uint8_t>& src, int* completed) {
+  *completed = 0;
+  for (int i = 0; i < 64; ++i) {
+    void* req = postSend(l, src.data(), src.size());
+    if (req == nullptr) return nullptr;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int done = 0;
+    size_t n = 0;
+    EXPECT_EQ(l.sendNet->test(req, &done, &n), ncclSuccess);
+    if (!done) return req;
+    ++*completed;
+  }
+  return nullptr;
+}
+
+// The receiver goes away while a send is stuck in full socket buffers: the
+// send fails with ncclSystemError within seconds, and so does a later one.
+TEST(SocketNetFailure, ReceiverClosesMidTransfer) {
+  auto net = makeNet(loParams(1, 1));
+  ASSERT_TRUE(net);
+  Link l{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&l));
+  std::vector<uint8_t> src(4 << 20, 3);
+  int completed = 0;
+  void* sreq = stuckSend(l, src, &completed);
+  ASSERT_NE(sreq, nullptr) << "256 MiB fit in the socket buffers";
+  auto t0 = Clock::now();
+  ASSERT_EQ(net->closeRecv(l.recv), ncclSuccess);
+  l.recv = nullptr;
+  Status s = ncclSuccess;
+  size_t n = 0;
+  ASSERT_TRUE(waitRequest(net.get(), sreq, &n, &s, 5000));
+  EXPECT_EQ(s, ncclSystemError);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+  void* later = postSend(l, src.data(), 10);
+  ASSERT_TRUE(waitRequest(net.get(), later, &n, &s, 5000));
+  EXPECT_EQ(s, ncclSystemError);
+}
+
+// The sender closes with a message half sent: the receiver gets the whole
+// messages that made it, then a receive fails instead of waiting forever.
+TEST(SocketNetFailure, SenderClosesMidTransfer) {
+  auto net = makeNet(loParams(1, 1));
+  ASSERT_TRUE(net);
+  Link l{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&l));
+  std::vector<uint8_t> src(4 << 20, 4), dst(4 << 20, kPoison);
+  int completed = 0;
+  ASSERT_NE(stuckSend(l, src, &completed), nullptr) << "256 MiB fit in the socket buffers";
+  // Closing mid-send joins the helper thread although it waits on a full
+  // socket; the pending request dies with the comm.
+  ASSERT_EQ(net->closeSend(l.send), ncclSuccess);
+  l.send = nullptr;
+  auto t0 = Clock::now();
+  Status s = ncclSuccess;
+  int received = 0;
+  // The stuck message may still have squeezed through before the close,
+  // hence one more attempt than the sends that completed.
+  for (int i = 0; i <= completed + 1 && s == ncclSuccess; ++i) {
+    void* rreq = postRecv(l, dst.data(), dst.size());
+    size_t n = 0;
+    ASSERT_TRUE(waitRequest(net.get(), rreq, &n, &s, 5000));
+    if (s == ncclSuccess) {
+      ASSERT_EQ(n, src.size());
+      ASSERT_EQ(memcmp(dst.data(), src.data(), n), 0);
+      ++received;
+    }
+  }
+  EXPECT_EQ(s, ncclSystemError);
+  EXPECT_GE(received, completed);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+  void* later = postRecv(l, dst.data(), 10);
+  size_t n = 0;
+  ASSERT_TRUE(waitRequest(net.get(), later, &n, &s, 5000));
+  EXPECT_EQ(s, ncclSystemError);
+}
+
+// Closing both ends with requests in flight frees everything (ASan/LSan
+// builds check the leak part) and never hangs.
+TEST(SocketNetFailure, CloseWithRequestsInFlight) {
+  auto net = makeNet(loParams(4, 4));
+  ASSERT_TRUE(net);
+  std::vector<uint8_t> src(8 << 20, 5), dst(8 << 20);
+  auto t0 = Clock::now();
+  {
+    Link l{net.get(), net.get()};
+    ASSERT_TRUE(connectLink(&l));
+    for (int i = 0; i < 4; ++i) postSend(l, src.data(), src.size());
+    for (int i = 0; i < 4; ++i) postRecv(l, dst.data(), dst.size());
+  }
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+}
+
+// A raw TCP client of the listen port.
+boot::Socket rawConnect(const void* handle) {
+  // The handle's address: family at byte 12, port at 14, IP at 16 (LE fields).
+  const auto* h = static_cast<const uint8_t*>(handle);
+  int family = h[12] | (h[13] << 8);
+  uint16_t port = static_cast<uint16_t>(h[14] | (h[15] << 8));
+  boot::SocketAddress addr = boot::SocketAddress::fromIp(family, h + 16, port);
+  boot::Socket s;
+  EXPECT_EQ(boot::Socket::connect(addr, boot::WaitContext::make(5000, nullptr), "test", &s),
+            ncclSuccess);
+  return s;
+}
+
+// A hello as the engine writes it (socket_net_internal.h), with knobs to break it.
+std::vector<uint8_t> hello(uint64_t magic, uint32_t version, uint16_t index, uint16_t count,
+                           uint16_t threads, uint64_t id) {
+  std::vector<uint8_t> b(32, 0);
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(magic >> (8 * i));
+  for (int i = 0; i < 4; ++i) b[8 + i] = static_cast<uint8_t>(version >> (8 * i));
+  b[12] = static_cast<uint8_t>(index), b[13] = static_cast<uint8_t>(index >> 8);
+  b[14] = static_cast<uint8_t>(count), b[15] = static_cast<uint8_t>(count >> 8);
+  b[16] = static_cast<uint8_t>(threads), b[17] = static_cast<uint8_t>(threads >> 8);
+  for (int i = 0; i < 8; ++i) b[24 + i] = static_cast<uint8_t>(id >> (8 * i));
+  return b;
+}
+
+// True once the listener has closed the stranger's socket (EOF or reset).
+bool closedByPeer(const boot::Socket& s) {
+  uint8_t buf[64];
+  ssize_t n = ::recv(s.fd(), buf, sizeof(buf), MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+TEST(SocketNetSetup, StrangersDoNotDisturbRealConnection) {
+  SocketNetTuning tuning;
+  tuning.helloTimeoutMs = 300;
+  tuning.groupTimeoutMs = 600;
+  auto net = makeNet(loParams(), tuning);
+  ASSERT_TRUE(net);
+  Link l{net.get(), net.get()};
+  char handle[kNetHandleBytes] = {};
+  ASSERT_EQ(net->listen(0, handle, &l.listen), ncclSuccess);
+  const uint64_t kMagic = 0x3174654e79727246ull;
+  std::vector<boot::Socket> strangers;
+  auto stranger = [&](const std::vector<uint8_t>& bytes) {
+    strangers.push_back(rawConnect(handle));
+    if (!bytes.empty()) {
+      ASSERT_EQ(strangers.back().sendAll(bytes.data(), bytes.size(),
+                                         boot::WaitContext::make(1000, nullptr), "junk"),
+                ncclSuccess);
+    }
+  };
+  const char* http = "GET / HTTP/1.0\r\n\r\n";
+  stranger(std::vector<uint8_t>(http, http + strlen(http)));  // junk
+  stranger({});                                               // silent
+  std::vector<uint8_t> loris = hello(kMagic, 1, 0, 5, 2, 7);
+  loris.resize(11);
+  stranger(loris);                              // slow loris: a prefix
+  stranger(hello(kMagic, 99, 0, 5, 2, 7));      // wrong version
+  stranger(hello(kMagic, 1, 9, 5, 2, 7));       // index out of range
+  stranger(hello(kMagic, 1, 0, 5, 3, 7));       // 4 sockets / 3 threads
+  stranger(hello(kMagic, 1, 0, 5, 2, 0x1234));  // never completes
+  stranger(hello(kMagic, 1, 1, 5, 2, 0x1234));
+  // Strangers arrive before and during the real connection's set-up.
+  void* none = nullptr;
+  ASSERT_EQ(net->accept(l.listen, &none), ncclSuccess);
+  EXPECT_EQ(none, nullptr);
+  Status bad = ncclSuccess;
+  ASSERT_TRUE(pollUntil([&] {
+    if (!l.send && bad == ncclSuccess) bad = net->connect(0, handle, &l.send);
+    if (strangers.size() < 10) stranger({0xde, 0xad});
+    if (!l.recv && bad == ncclSuccess) bad = net->accept(l.listen, &l.recv);
+    return bad != ncclSuccess || (l.send && l.recv);
+  }));
+  ASSERT_EQ(bad, ncclSuccess);
+  test::Rng rng(test::testSeed(), 4);
+  roundTrip(l, 300001, 300001, rng);
+  // Every stranger is closed by the listener in bounded time (bad ones at
+  // once, silent and partial ones at the hello deadline, the incomplete
+  // connection at the group deadline), and no ghost connection appears.
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        void* ghost = nullptr;
+        EXPECT_EQ(net->accept(l.listen, &ghost), ncclSuccess);
+        EXPECT_EQ(ghost, nullptr);
+        return std::all_of(strangers.begin(), strangers.end(), closedByPeer);
+      },
+      3000));
+  roundTrip(l, 17, 17, rng);
+}
+
+TEST(SocketNetSetup, RegMrAndFlush) {
+  auto net = makeNet(loParams());
+  ASSERT_TRUE(net);
+  Link l{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&l));
+  std::vector<uint8_t> buf(4096);
+  void* mh = nullptr;
+  ASSERT_EQ(net->regMr(l.send, buf.data(), buf.size(), kPtrHost, &mh), ncclSuccess);
+  EXPECT_NE(mh, nullptr);
+  void* cuda = nullptr;
+  EXPECT_EQ(net->regMr(l.recv, buf.data(), buf.size(), kPtrCuda, &cuda), ncclInvalidArgument);
+  EXPECT_EQ(cuda, nullptr);
+  EXPECT_EQ(net->deregMr(l.recv, mh), ncclInvalidArgument);  // registered on the other comm
+  EXPECT_EQ(net->deregMr(l.send, mh), ncclSuccess);
+  EXPECT_EQ(net->deregMr(l.send, mh), ncclInvalidArgument);
+  void* req = &buf;
+  void* data = buf.data();
+  int size = 4096;
+  EXPECT_EQ(net->iflush(l.recv, 1, &data, &size, &mh, &req), ncclSuccess);
+  EXPECT_EQ(req, nullptr);
+  // A registration left behind is freed with the comm.
+  ASSERT_EQ(net->regMr(l.recv, buf.data(), buf.size(), kPtrHost, &mh), ncclSuccess);
+}
+
+// Two threads, an engine each (as two processes would have): 128 MiB in
+// 8 messages, throughput printed for information only.
+TEST(SocketNetData, TwoThreadThroughput) {
+  auto sendNet = makeNet(loParams());
+  auto recvNet = makeNet(loParams());
+  ASSERT_TRUE(sendNet && recvNet);
+  Link l{sendNet.get(), recvNet.get()};
+  ASSERT_TRUE(connectLink(&l));
+  constexpr size_t kBytes = 16 << 20;
+  constexpr int kMsgs = 8;
+  std::vector<uint8_t> src(kBytes), dst(kBytes, kPoison);
+  test::Rng rng(test::testSeed(), 5);
+  fillRandom(src, rng);
+  bool senderOk = true;
+  auto t0 = Clock::now();
+  std::thread sender([&] {
+    for (int i = 0; i < kMsgs && senderOk; ++i) {
+      void* r = postSend(l, src.data(), kBytes);
+      size_t n = 0;
+      senderOk = r && waitRequest(sendNet.get(), r, &n) && n == kBytes;
+    }
+  });
+  for (int i = 0; i < kMsgs; ++i) {
+    void* r = postRecv(l, dst.data(), kBytes);
+    size_t n = 0;
+    EXPECT_TRUE(r && waitRequest(recvNet.get(), r, &n));
+    EXPECT_EQ(n, kBytes);
+  }
+  sender.join();
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_TRUE(senderOk);
+  EXPECT_EQ(memcmp(src.data(), dst.data(), kBytes), 0);
+  std::printf(
+      "[     INFO ] socket engine loopback, 2x2 sockets: %.2f GB/s (%d x %zu MiB in %.3f s)\n",
+      kMsgs * static_cast<double>(kBytes) / secs / 1e9, kMsgs, kBytes >> 20, secs);
+}
+
+}  // namespace
+}  // namespace ferry::net
