@@ -114,9 +114,9 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < kinds.size(); ++k) {
       // The carveout is a per-function attribute: set it for this variant.
       if (kinds[k].func != nullptr) {
-        const int carve =
-            kinds[k].name.find("max-shared") != std::string::npos ? cudaSharedmemCarveoutMaxShared
-                                                                   : cudaSharedmemCarveoutDefault;
+        const int carve = kinds[k].name.find("max-shared") != std::string::npos
+                              ? cudaSharedmemCarveoutMaxShared
+                              : cudaSharedmemCarveoutDefault;
         CHECK(cudaFuncSetAttribute(kinds[k].func, cudaFuncAttributePreferredSharedMemoryCarveout,
                                    carve));
       }

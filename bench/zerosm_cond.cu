@@ -32,33 +32,37 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      printf("ERR %s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));          \
-      _exit(3);                                                                      \
-    }                                                                                \
+#define CK(x)                                                               \
+  do {                                                                      \
+    cudaError_t e_ = (x);                                                   \
+    if (e_ != cudaSuccess) {                                                \
+      printf("ERR %s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      _exit(3);                                                             \
+    }                                                                       \
   } while (0)
-#define CU(x)                                                                        \
-  do {                                                                               \
-    CUresult r_ = (x);                                                               \
-    if (r_ != CUDA_SUCCESS) {                                                        \
-      const char* s_ = nullptr;                                                      \
-      cuGetErrorString(r_, &s_);                                                     \
-      printf("CUERR %s:%d %s\n", __FILE__, __LINE__, s_ ? s_ : "?");                 \
-      _exit(3);                                                                      \
-    }                                                                                \
+#define CU(x)                                                        \
+  do {                                                               \
+    CUresult r_ = (x);                                               \
+    if (r_ != CUDA_SUCCESS) {                                        \
+      const char* s_ = nullptr;                                      \
+      cuGetErrorString(r_, &s_);                                     \
+      printf("CUERR %s:%d %s\n", __FILE__, __LINE__, s_ ? s_ : "?"); \
+      _exit(3);                                                      \
+    }                                                                \
   } while (0)
 
 namespace {
 
-__global__ void mark(volatile unsigned long long* f, unsigned long long v) { *f = v; }
+__global__ void mark(volatile unsigned long long* f, unsigned long long v) {
+  *f = v;
+}
 __global__ void spinUntil(volatile unsigned long long* f, unsigned long long v) {
   while (*f < v) {
   }
 }
-__global__ void freshKernel(volatile unsigned long long* f, unsigned long long v) { *f = v; }
+__global__ void freshKernel(volatile unsigned long long* f, unsigned long long v) {
+  *f = v;
+}
 
 struct Case {
   std::string mem, waiter, other;
@@ -109,7 +113,8 @@ unsigned long long* makeWord(const std::string& mem, volatile unsigned long long
 cudaStream_t makeStream(const std::string& kind) {
   if (kind == "legacy") return nullptr;
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, kind == "nonblocking" ? cudaStreamNonBlocking : cudaStreamDefault));
+  CK(cudaStreamCreateWithFlags(&s,
+                               kind == "nonblocking" ? cudaStreamNonBlocking : cudaStreamDefault));
   return s;
 }
 
@@ -198,8 +203,8 @@ int runAlias(int count) {
   if (spin) {
     spinUntil<<<1, 1, 0, parked>>>(df, 1);
   } else {
-    CU(cuStreamWaitValue64(reinterpret_cast<CUstream>(parked), reinterpret_cast<CUdeviceptr>(df),
-                           1, CU_STREAM_WAIT_VALUE_GEQ));
+    CU(cuStreamWaitValue64(reinterpret_cast<CUstream>(parked), reinterpret_cast<CUdeviceptr>(df), 1,
+                           CU_STREAM_WAIT_VALUE_GEQ));
   }
   printf("alias (%s, %s): parked\n", pre ? "streams made before" : "streams made after",
          spin ? "spin kernel" : "wait-value");
@@ -255,7 +260,8 @@ int main(int argc, char** argv) {
     if (pid == 0) _exit(runCase(c));
     int status = 0;
     waitpid(pid, &status, 0);
-    if (WIFSIGNALED(status)) printf("%-40s HUNG (killed by signal %d)\n", c.name().c_str(), WTERMSIG(status));
+    if (WIFSIGNALED(status))
+      printf("%-40s HUNG (killed by signal %d)\n", c.name().c_str(), WTERMSIG(status));
   }
   return 0;
 }

@@ -57,8 +57,8 @@ struct NetProperties {
   int port = 0;
   float latencyUs = 0;
   int maxComms = 0;
-  int maxRecvs = 1;            // buffers one irecv may post
-  uint64_t maxP2pBytes = 0;    // largest single isend/irecv (0: no limit)
+  int maxRecvs = 1;          // buffers one irecv may post
+  uint64_t maxP2pBytes = 0;  // largest single isend/irecv (0: no limit)
   uint64_t maxCollBytes = 0;
 };
 
