@@ -64,10 +64,15 @@ Status runConcurrently(std::vector<GroupJob>& jobs) {
 // otherwise kernel p2p for small messages (FERRY_P2P_KERNEL_MAX_BYTES, where
 // it is measured faster) and SM-free for the rest. The kernel goes first:
 // the SM-free operations' start events then follow it on the stream.
+// A communicator spanning hosts has no kernel p2p (its connections live in
+// the collective ring's region, which coll/ring_setup.cc builds only on one
+// host): every rank of it knows (nHosts is global), so all of them send
+// every message to a same-host peer SM-free alike.
 Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
   const Params& params = comm->params();
-  bool allKernel = params.getInt(ParamId::PassSm) == 0;
-  for (size_t i = 0; !allKernel && i < tasks.size(); ++i) {
+  const bool kernelP2p = comm->topology().nHosts <= 1;
+  bool allKernel = kernelP2p && params.getInt(ParamId::PassSm) == 0;
+  for (size_t i = 0; kernelP2p && !allKernel && i < tasks.size(); ++i) {
     if (i > 0 && tasks[i].stream == tasks[i - 1].stream) continue;  // asked already
     bool capturing = false;
     FERRY_CHECK(comm->runtime()->isCapturing(tasks[i].stream, &capturing));
@@ -78,7 +83,8 @@ Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
       allKernel = true;
     }
   }
-  int64_t smallMax = comm->nranks() <= 32 ? params.getInt(ParamId::P2pKernelMaxBytes) : 0;
+  int64_t smallMax =
+      kernelP2p && comm->nranks() <= 32 ? params.getInt(ParamId::P2pKernelMaxBytes) : 0;
   std::vector<P2pTask> kernel, smFree;
   for (const P2pTask& t : tasks) {
     bool small = t.bytes > 0 && static_cast<int64_t>(t.bytes) <= smallMax;

@@ -147,6 +147,7 @@ Attempt tryCandidate(const NetPluginCandidate& candidate, const std::string& wan
   }
   std::unique_ptr<PluginNetEngine> engine =
       makePluginNetEngine(version, table, std::move(lib), args);
+  engine->setLibraryPath(path);
   const char* name = engine->name();
   // NCCL compares names before init, so a plugin that is not wanted is
   // never initialized.
@@ -246,6 +247,11 @@ Status loadNetPlugin(const Params& params, const NetPluginInitArgs& args,
 int netPluginVersion(const NetEngine& engine) {
   const auto* plugin = dynamic_cast<const PluginNetEngine*>(&engine);
   return plugin != nullptr ? plugin->version() : 0;
+}
+
+std::string netPluginPath(const NetEngine& engine) {
+  const auto* plugin = dynamic_cast<const PluginNetEngine*>(&engine);
+  return plugin != nullptr ? plugin->libraryPath() : std::string();
 }
 
 }  // namespace ferry::net

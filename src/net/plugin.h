@@ -80,5 +80,8 @@ struct NetPluginInitArgs {
 // The ncclNetPlugin_vN version behind an engine loadNetPlugin returned; 0 for
 // any other engine.
 int netPluginVersion(const NetEngine& engine);
+// The file the dynamic loader found that plugin in (for logs); empty for
+// any other engine.
+std::string netPluginPath(const NetEngine& engine);
 
 }  // namespace ferry::net

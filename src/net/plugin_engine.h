@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "net/net.h"
@@ -43,6 +45,13 @@ class PluginNetEngine : public NetEngine {
   [[nodiscard]] virtual Status start() = 0;
   // The offload kind device `dev` asks for (abi::NCCL_NET_DEVICE_*).
   [[nodiscard]] virtual Status offloadType(int dev, int* type) = 0;
+
+  // Where the library was found (for logs); set by the loader.
+  const std::string& libraryPath() const { return libraryPath_; }
+  void setLibraryPath(std::string path) { libraryPath_ = std::move(path); }
+
+ private:
+  std::string libraryPath_;
 };
 
 // The adapter for `table`, the ncclNetPlugin_v<version> symbol found in

@@ -2,7 +2,11 @@
 // SendConnection (this rank -> peer) and one RecvConnection (peer -> this
 // rank), each with a control block in host shared memory (ctrl_block.h) and
 // a copy stream of this rank's device on which the side that arrives second
-// for a message copies it.
+// for a message copies it. A peer on another host is reached through the
+// process's network engine instead (TransportId::Net, transport/net_link.h):
+// such a connection has no control block and no RPC link to the peer's
+// proxy (it lives on the other host); the data path over it is not written
+// yet, so the API refuses send/recv to such peers (api/p2p.cc).
 //
 // Ownership: the Communicator owns its P2pConnections. The user thread that
 // owns the communicator claims messages and submits their work; the proxy
@@ -22,11 +26,12 @@
 #include "proxy/rpc.h"
 #include "runtime/runtime.h"
 #include "transport/ctrl_block.h"
+#include "transport/net_link.h"
 #include "transport/shared_memory.h"
 
 namespace ferry {
 
-enum class TransportId : uint32_t { None = 0, P2p = 1, Shm = 2 };
+enum class TransportId : uint32_t { None = 0, P2p = 1, Shm = 2, Net = 3 };
 const char* transportName(TransportId id);
 
 // Per-peer traffic counters (relaxed atomics: statistics, read at any time).
@@ -58,9 +63,12 @@ struct ConnectionBase {
   int device = -1;  // this rank's device
   TransportId transport = TransportId::None;
   bool samePeerProcess = false;
-  std::string peerProxy;  // the peer process's RPC name (its identity)
-  CtrlMapping ctrl;
-  std::unique_ptr<rt::Stream> stream;  // copies this rank makes as the second side
+  std::string peerProxy;  // the peer process's RPC name (its identity); empty for Net
+  CtrlMapping ctrl;       // empty (ctrl.ctrl null) for TransportId::Net
+  // Copies this rank makes as the second side. Net connections have one
+  // too, unused so far: P2pEngine::shutdown synchronizes the stream of every
+  // connection it holds.
+  std::unique_ptr<rt::Stream> stream;
   PeerCounters counters;
   // User state: sequence number of the next message enqueued.
   uint64_t nextSeq = 0;
@@ -68,13 +76,17 @@ struct ConnectionBase {
   // on the connection fails.
   std::atomic<Status> failed{ncclSuccess};
   // The link to the peer process's proxy (not owned; null for peers in this
-  // process): its closing means the peer process died. Proxy thread only.
+  // process and on other hosts): its closing means the peer process died.
+  // Proxy thread only.
   RpcClient* peerLink = nullptr;
+  // TransportId::Net only: the engine's comm with the peer (null otherwise).
+  std::unique_ptr<NetLink> net;
 };
 
 struct SendConnection : ConnectionBase {
   SendConnection() { isSend = true; }
-  std::unique_ptr<RpcClient> rpc;      // to the peer's proxy: setup, then the proxy's peerLink
+  // To the peer's proxy (null for TransportId::Net): setup, then the proxy's peerLink.
+  std::unique_ptr<RpcClient> rpc;
   std::unique_ptr<RpcClient> userRpc;  // to the peer's proxy: fetches by the user thread
 };
 

@@ -3,17 +3,25 @@
 #include <cstring>
 #include <vector>
 
+#include "net/net_registry.h"
+#include "transport/net_setup.h"
+
 namespace ferry {
 namespace {
 
-// What a receiver publishes about the connection from one sender.
+// What a receiver publishes about the connection from one sender. Every
+// rank all-gathers an n x n table of these (256 bytes each: 256 MiB per
+// rank at 1,024 ranks), which grows with n^2: a known scaling debt, to be
+// replaced by per-peer exchanges (NCCL connects lazily, per peer).
 struct ConnInfo {
   uint32_t transport;
   uint32_t reserved;
   uint64_t ctrlBytes;
   char proxyName[112];
+  char netHandle[net::kNetHandleBytes];  // TransportId::Net: the receiver's listen handle
 };
 static_assert(std::is_trivially_copyable_v<ConnInfo>);
+static_assert(sizeof(NetHandle) == sizeof(ConnInfo::netHandle));
 
 constexpr uint64_t kKindCtrl = 0;
 
@@ -21,9 +29,10 @@ uint64_t resourceKey(int sender, int receiver, uint64_t kind) {
   return (static_cast<uint64_t>(sender) << 33) | (static_cast<uint64_t>(receiver) << 1) | kind;
 }
 
-TransportId chooseTransport(const P2pSetupContext& ctx, int peer) {
+// `engine`: the network engine for peers on other hosts (null: none).
+TransportId chooseTransport(const P2pSetupContext& ctx, net::NetEngine* engine, int peer) {
   const Topology& t = *ctx.topology;
-  if (t.links[peer] == PeerLink::OtherHost) return TransportId::None;
+  if (t.links[peer] == PeerLink::OtherHost) return engine ? TransportId::Net : TransportId::None;
   bool p2pOff = ctx.params->getInt(ParamId::P2pDisable) != 0;
   bool shmOff = ctx.params->getInt(ParamId::ShmDisable) != 0;
   if (peer == t.myRank) return TransportId::P2p;  // self: always direct
@@ -57,13 +66,19 @@ Status makeCtrl(const P2pSetupContext& ctx, CtrlMapping* out) {
 }
 
 // The receive side of peer -> me; fills `info` for the sender.
-Status setupRecv(const P2pSetupContext& ctx, int peer, std::unique_ptr<RecvConnection>* out,
-                 ConnInfo* info) {
+Status setupRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
+                 std::unique_ptr<RecvConnection>* out, ConnInfo* info) {
   memset(info, 0, sizeof(*info));
-  TransportId transport = chooseTransport(ctx, peer);
+  TransportId transport = chooseTransport(ctx, engine, peer);
   info->transport = static_cast<uint32_t>(transport);
   snprintf(info->proxyName, sizeof(info->proxyName), "%s", ctx.proxy->rpc().name().c_str());
   if (transport == TransportId::None) return ncclSuccess;
+  if (transport == TransportId::Net) {
+    NetHandle handle;
+    FERRY_CHECK(setupNetRecv(ctx, engine, peer, out, &handle));
+    memcpy(info->netHandle, handle.data(), handle.size());
+    return ncclSuccess;
+  }
   auto c = std::make_unique<RecvConnection>();
   const int me = ctx.topology->myRank;
   c->peer = peer;
@@ -105,11 +120,19 @@ const char* connectionNote(const SendConnection& c, int me) {
   return c.transport == TransportId::Shm ? " (through host shared memory)" : "";
 }
 
-// The send side of me -> peer from the receiver's published info.
-Status setupSend(const P2pSetupContext& ctx, int peer, const ConnInfo& info,
-                 const RecvConnection* selfRecv, std::unique_ptr<SendConnection>* out) {
+// The send side of me -> peer from the receiver's published info (`mine`:
+// what this rank published for peer -> me).
+Status setupSend(const P2pSetupContext& ctx, net::NetEngine* engine, int peer, const ConnInfo& info,
+                 const ConnInfo& mine, const RecvConnection* selfRecv,
+                 std::unique_ptr<SendConnection>* out) {
   auto transport = static_cast<TransportId>(info.transport);
   if (transport == TransportId::None) return ncclSuccess;
+  if (transport == TransportId::Net) {
+    // Both directions or neither: without an engine here (mine says None)
+    // the peer drops its listener for us too (setupP2p).
+    if (static_cast<TransportId>(mine.transport) != TransportId::Net) return ncclSuccess;
+    return setupNetSend(ctx, engine, peer, out);
+  }
   auto c = std::make_unique<SendConnection>();
   const int me = ctx.topology->myRank;
   c->peer = peer;
@@ -140,6 +163,8 @@ const char* transportName(TransportId id) {
       return "P2P/IPC SM-free copy engines";
     case TransportId::Shm:
       return "SHM SM-free copy engines";
+    case TransportId::Net:
+      return processNetTransportName();
     default:
       return "none";
   }
@@ -154,22 +179,38 @@ uint64_t* CtrlMapping::dev(CtrlWord& word) const {
 Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   const int n = static_cast<int>(ctx.topology->peers.size());
   const int me = ctx.topology->myRank;
+  net::NetEngine* engine = nullptr;
+  FERRY_CHECK(netEngineFor(ctx, &engine));
   out->send.resize(n);
   out->recv.resize(n);
   std::vector<ConnInfo> table(static_cast<size_t>(n) * n);
-  for (int p = 0; p < n; ++p) {
-    FERRY_CHECK(setupRecv(ctx, p, &out->recv[p], &table[static_cast<size_t>(me) * n + p]));
-  }
+  auto at = [&table, n](int receiver, int sender) -> ConnInfo& {
+    return table[static_cast<size_t>(receiver) * n + sender];
+  };
+  for (int p = 0; p < n; ++p) FERRY_CHECK(setupRecv(ctx, engine, p, &out->recv[p], &at(me, p)));
   FERRY_CHECK(ctx.bootstrap->allGather(table.data(), sizeof(ConnInfo) * n));
+  // Writable copies of the receivers' listen handles, kept until every
+  // connect has completed (net_setup.h).
+  std::vector<NetHandle> netHandles(static_cast<size_t>(n));
   for (int q = 0; q < n; ++q) {
     const RecvConnection* self = q == me ? out->recv[me].get() : nullptr;
-    FERRY_CHECK(setupSend(ctx, q, table[static_cast<size_t>(q) * n + me], self, &out->send[q]));
+    FERRY_CHECK(setupSend(ctx, engine, q, at(q, me), at(me, q), self, &out->send[q]));
+    memcpy(netHandles[q].data(), at(q, me).netHandle, sizeof(NetHandle));
   }
+  for (int p = 0; p < n; ++p) {
+    // A peer without a network engine never connects: drop our listener.
+    if (out->recv[p] && out->recv[p]->transport == TransportId::Net &&
+        static_cast<TransportId>(at(p, me).transport) != TransportId::Net) {
+      out->recv[p].reset();
+    }
+  }
+  FERRY_CHECK(connectNetPeers(ctx, netHandles, out));
   // Everyone has mapped what it needs: withdraw the offers.
   FERRY_CHECK(ctx.bootstrap->barrier());
   for (int p = 0; p < n; ++p) {
     ctx.proxy->rpc().removeResource(ctx.commKey, resourceKey(p, me, kKindCtrl));
-    if (!out->recv[p]) continue;
+    // Net: the peer's proxy is on another host, out of the RPC's reach.
+    if (!out->recv[p] || out->recv[p]->transport == TransportId::Net) continue;
     out->recv[p]->peerProxy = table[static_cast<size_t>(p) * n + me].proxyName;
     if (out->send[p]) out->recv[p]->peerLink = out->send[p]->peerLink;
   }

@@ -1,7 +1,9 @@
 // Establishing a communicator's SM-free connections at init (eagerly, for
 // every peer on this host and for self), so no operation ever waits for a
 // connection handshake: handshakes between ranks in unbatched send/recv
-// orders are exactly what deadlocks lazily connected libraries.
+// orders are exactly what deadlocks lazily connected libraries. Peers on
+// other hosts are connected through the network engine in the same step
+// (transport/net_setup.h).
 //
 // Steps (collective over the communicator): every rank creates the receive
 // side of each connection (control block, copy stream) and offers the

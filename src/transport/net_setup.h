@@ -1,0 +1,50 @@
+// Network connections at communicator init (internal to transport/setup.cc):
+// every pair of ranks on different hosts gets one connection per direction
+// through the process's network engine (net/net_registry.h), established
+// eagerly inside setupP2p like the P2P/SHM ones. No data moves over them
+// yet: the API refuses send/recv to such peers (api/p2p.cc).
+//
+// Per connection p -> me: the receiver listens on a listen comm of its own
+// (so the comm accept() returns is known to belong to p) and publishes the
+// listen handle in the all-gathered connection table; the sender copies the
+// handle into a buffer of its own (plugins keep connect progress in it) and
+// connects. connect() and accept() never block, and each rank is sender and
+// receiver of several peers at once, so connectNetPeers drives all of this
+// rank's pending connects and accepts in one loop.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "net/net.h"
+#include "transport/connection.h"
+#include "transport/setup.h"
+
+namespace ferry {
+
+using NetHandle = std::array<char, net::kNetHandleBytes>;
+
+// The engine for this communicator's peers on other hosts. Null (success)
+// when it has none, or when the engine cannot be created: then one WARN
+// says so and those peers get no transport. Fails only when the user's
+// configuration is wrong (NCCL_NET naming no engine: ncclInvalidArgument).
+[[nodiscard]] Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out);
+
+// The receive side of peer -> me: listens on device 0 and fills `handle`.
+[[nodiscard]] Status setupNetRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
+                                  std::unique_ptr<RecvConnection>* out, NetHandle* handle);
+
+// The send side of me -> peer, not yet connected (connectNetPeers does).
+[[nodiscard]] Status setupNetSend(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
+                                  std::unique_ptr<SendConnection>* out);
+
+// Connects every Net connection of `state`: sends to peer q with
+// handles[q] (this rank's writable copies of the receivers' handles), and
+// accepts every receive. Bounded by ctx.timeoutMs and ctx.abortFlag; on
+// timeout ncclSystemError naming the peers still pending. Closes the listen
+// comms of the connections it completes.
+[[nodiscard]] Status connectNetPeers(const P2pSetupContext& ctx, std::vector<NetHandle>& handles,
+                                     P2pState* state);
+
+}  // namespace ferry

@@ -1,0 +1,347 @@
+// Network connections at init across emulated hosts, under ferry-run on the
+// host runtime: every rank sets NCCL_HOSTID from its rank (kRanksPerHost
+// ranks per "host") before it creates its communicator, so ranks of one
+// machine see each other as peers on other hosts and connect through the
+// network engine (src/transport/net_setup.h). No data moves over those
+// connections yet; send/recv to such a peer must fail cleanly.
+//
+// Which connections were made is read back from the rank's own INFO log
+// (NCCL_DEBUG_FILE, one file per process), whose lines
+// "connection A -> B via <transport>" are what users see too.
+//
+// Usage: ferry-run -n N mp_net <connect|initdestroy|bogus|plugin>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/buffers.h"
+#include "common/proc.h"
+#include "common/random.h"
+#include "ferry.h"
+#include "mp_check.h"
+#include "nccl.h"
+#include "p2p_util.h"
+
+namespace {
+
+using namespace ferry::test;
+
+constexpr int kRanksPerHost = 2;
+// Every case must finish well inside this on a loaded 2-core machine.
+constexpr double kInitLimitS = 15.0;
+
+int hostOf(int rank) {
+  return rank / kRanksPerHost;
+}
+
+struct Ctx {
+  LaunchEnv env;
+  std::string logPath;  // this process's INFO log
+};
+
+// The environment every case starts from: this rank's emulated host, and
+// an INFO log of the INIT and NET subsystems in a file of its own. Set
+// before the first library call: the logger reads them at its first line.
+void prepare(Ctx& ctx) {
+  const std::string host = "ferry-mp-net-host" + std::to_string(hostOf(ctx.env.rank));
+  setenv("NCCL_HOSTID", host.c_str(), 1);
+  ctx.logPath = "/tmp/ferry-mp-net." + std::to_string(getpid()) + ".log";
+  unlink(ctx.logPath.c_str());
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
+  setenv("NCCL_DEBUG_FILE", ctx.logPath.c_str(), 1);
+  int ndev = 0;
+  if (ncclFerryGetDeviceCount(&ndev) == ncclSuccess && ndev > 0) {
+    const int dev = ctx.env.device >= 0 ? ctx.env.device : ctx.env.localRank;
+    EXPECT_OK(ncclFerrySetDevice(dev % ndev));
+  }
+}
+
+// Creates the world communicator; returns init's result and its duration.
+ncclResult_t timedInit(const Ctx& ctx, ncclComm_t* comm, double* seconds) {
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  auto start = Clock::now();
+  ncclResult_t r = ncclCommInitRank(comm, ctx.env.nranks, id, ctx.env.rank);
+  *seconds = secondsSince(start);
+  printf("rank %d: init returned %s after %.2f s\n", ctx.env.rank, ncclGetErrorString(r), *seconds);
+  return r;
+}
+
+// The text after "NCCL INFO " of every INFO line in the log.
+std::vector<std::string> infoLines(const Ctx& ctx) {
+  std::vector<std::string> out;
+  std::ifstream in(ctx.logPath);
+  const std::string tag = " NCCL INFO ";
+  for (std::string line; std::getline(in, line);) {
+    size_t at = line.find(tag);
+    if (at != std::string::npos) out.push_back(line.substr(at + tag.size()));
+  }
+  return out;
+}
+
+bool hasLine(const std::vector<std::string>& lines, const std::string& want) {
+  for (const std::string& l : lines) {
+    if (l == want) return true;
+  }
+  return false;
+}
+
+bool hasLineStarting(const std::vector<std::string>& lines, const std::string& prefix) {
+  for (const std::string& l : lines) {
+    if (l.compare(0, prefix.size(), prefix) == 0) return true;
+  }
+  return false;
+}
+
+// Every connection of this rank is in its log: NET/<engine>/0 in both
+// directions to each rank of another host, P2P to each rank of this host.
+void checkConnections(const Ctx& ctx, const std::string& engine) {
+  const std::vector<std::string> lines = infoLines(ctx);
+  const int me = ctx.env.rank;
+  EXPECT_TRUE(hasLineStarting(lines, "NET/" + engine + " : using "),
+              "no \"NET/%s : using ...\" line in %s", engine.c_str(), ctx.logPath.c_str());
+  int net = 0;
+  for (int q = 0; q < ctx.env.nranks; ++q) {
+    const std::string send = "connection " + std::to_string(me) + " -> " + std::to_string(q);
+    if (hostOf(q) == hostOf(me)) {
+      EXPECT_TRUE(hasLineStarting(lines, send + " via P2P"), "no \"%s via P2P\" line",
+                  send.c_str());
+      continue;
+    }
+    const std::string via = " via NET/" + engine + "/0";
+    const std::string recv = "connection " + std::to_string(q) + " -> " + std::to_string(me);
+    EXPECT_TRUE(hasLine(lines, send + via), "no \"%s%s\" line", send.c_str(), via.c_str());
+    EXPECT_TRUE(hasLine(lines, recv + via + " [receive]"), "no \"%s%s [receive]\" line",
+                recv.c_str(), via.c_str());
+    ++net;
+  }
+  printf("rank %d: %d peer(s) on other hosts connected via NET/%s\n", me, net, engine.c_str());
+}
+
+World makeWorld(const Ctx& ctx, ncclComm_t comm) {
+  World w;
+  w.comm = comm;
+  w.rank = ctx.env.rank;
+  w.nranks = ctx.env.nranks;
+  std::vector<uint64_t> seeds(w.nranks, 0);
+  seeds[w.rank] = testSeed();
+  EXPECT_OK(ncclFerryBootstrapAllGather(w.comm, seeds.data(), sizeof(uint64_t)));
+  w.seed = seeds[0];
+  EXPECT_OK(ncclFerryStreamCreate(&w.stream));
+  return w;
+}
+
+// One exchange with every peer on this host (self included): fresh random
+// payloads of random sizes (small ones, which a one-host communicator
+// would send with kernel p2p, and large ones), poisoned receive buffers,
+// every byte compared.
+void sameHostRound(World& w, uint64_t round) {
+  std::vector<std::unique_ptr<Message>> out, in;
+  EXPECT_OK(ncclGroupStart());
+  for (int p = 0; p < w.nranks; ++p) {
+    if (hostOf(p) != hostOf(w.rank)) continue;
+    const uint64_t lo = static_cast<uint64_t>(std::min(w.rank, p));
+    const uint64_t hi = static_cast<uint64_t>(std::max(w.rank, p));
+    Rng pick(w.seed ^ (round * 0x9E3779B97F4A7C15ULL), lo * 64 + hi);
+    const size_t bytes =
+        round % 2 == 0 ? 1 + pick.below(64 << 10) : (1 << 20) + pick.below(3 << 20);
+    const BufferKind kind = round % 3 == 0 ? BufferKind::Mapped : BufferKind::Plain;
+    out.push_back(std::make_unique<Message>(w, round, w.rank, p, bytes, kind));
+    in.push_back(std::make_unique<Message>(w, round, p, w.rank, bytes, kind));
+    out.back()->fillAsSender();
+    in.back()->poison();
+    EXPECT_OK(ncclSend(out.back()->buf.data(), bytes, ncclInt8, p, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(in.back()->buf.data(), bytes, ncclInt8, p, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  for (auto& m : in) m->verify("same-host exchange");
+}
+
+bool lastErrorSays(const char* text) {
+  const char* last = ncclGetLastError(nullptr);
+  return last != nullptr && strstr(last, text) != nullptr;
+}
+
+// Send/recv to every peer on another host fails at once with
+// ncclInvalidUsage, alone and inside a group whose other operations (with
+// this host's peers) still go through; so do the all-peer collectives.
+void crossHostRefused(World& w) {
+  const char* why = "network data path not yet implemented";
+  TestBuffer buf(4096, BufferKind::Plain), all(4096 * w.nranks, BufferKind::Plain);
+  auto start = Clock::now();
+  for (int q = 0; q < w.nranks; ++q) {
+    if (hostOf(q) == hostOf(w.rank)) continue;
+    EXPECT_RESULT(ncclSend(buf.data(), 4096, ncclInt8, q, w.comm, w.stream), ncclInvalidUsage);
+    EXPECT_TRUE(lastErrorSays(why), "send to %d: last error: %s", q, ncclGetLastError(nullptr));
+    EXPECT_RESULT(ncclRecv(buf.data(), 4096, ncclInt8, q, w.comm, w.stream), ncclInvalidUsage);
+    EXPECT_TRUE(lastErrorSays(why), "recv from %d: last error: %s", q, ncclGetLastError(nullptr));
+  }
+  EXPECT_RESULT(ncclAlltoAll(all.data(), all.data(), 4096, ncclInt8, w.comm, w.stream),
+                ncclInvalidUsage);
+  const double s = secondsSince(start);
+  EXPECT_TRUE(s < 2.0, "refusing cross-host send/recv took %.2f s", s);
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  // In a group: the refused call adds nothing, the rest runs at group end.
+  const int partner = w.rank ^ 1;
+  const int remote = (w.rank + kRanksPerHost) % w.nranks;
+  Message out(w, 777, w.rank, partner, 100000, BufferKind::Plain);
+  Message in(w, 777, partner, w.rank, 100000, BufferKind::Plain);
+  out.fillAsSender();
+  in.poison();
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(out.buf.data(), out.bytes, ncclInt8, partner, w.comm, w.stream));
+  EXPECT_RESULT(ncclSend(buf.data(), 4096, ncclInt8, remote, w.comm, w.stream), ncclInvalidUsage);
+  EXPECT_OK(ncclRecv(in.buf.data(), in.bytes, ncclInt8, partner, w.comm, w.stream));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  in.verify("group with a refused cross-host send");
+  ncclResult_t async = ncclInternalError;
+  EXPECT_OK(ncclCommGetAsyncError(w.comm, &async));
+  EXPECT_TRUE(async == ncclSuccess, "communicator in error state %d after refused calls", async);
+  ncclFerryPeerStats_t st{};
+  EXPECT_OK(ncclFerryCommPeerStats(w.comm, remote, &st));
+  EXPECT_TRUE(st.sendOps == 0 && st.recvOps == 0, "peer %d counted %llu sends %llu receives",
+              remote, st.sendOps, st.recvOps);
+}
+
+// (a) Connections across hosts are NET, same-host peers still exchange
+// data, cross-host send/recv is refused without harm, destroy is clean.
+void caseConnect(Ctx& ctx) {
+  ncclComm_t comm = nullptr;
+  double s = 0;
+  EXPECT_OK(timedInit(ctx, &comm, &s));
+  if (gFailures > 0) return;
+  EXPECT_TRUE(s < kInitLimitS, "init took %.2f s", s);
+  checkConnections(ctx, "Socket");
+  World w = makeWorld(ctx, comm);
+  for (uint64_t round = 0; round < 6; ++round) sameHostRound(w, round);
+  crossHostRefused(w);
+  // A second communicator over the same ranks shares the process's engine
+  // (its connections come and go while the first one's stay up).
+  World split = w.split();
+  if (split.comm != nullptr) {
+    sameHostRound(split, 100);
+    split.destroy();
+  }
+  for (uint64_t round = 6; round < 9; ++round) sameHostRound(w, round);
+  auto start = Clock::now();
+  w.destroy();
+  EXPECT_TRUE(secondsSince(start) < 10.0, "destroy took %.2f s", secondsSince(start));
+  EXPECT_OK(ncclFerryStreamDestroy(w.stream));
+}
+
+// (b) Init and destroy only (more hosts, more connections per rank).
+void caseInitDestroy(Ctx& ctx) {
+  ncclComm_t comm = nullptr;
+  double s = 0;
+  EXPECT_OK(timedInit(ctx, &comm, &s));
+  if (gFailures > 0) return;
+  EXPECT_TRUE(s < kInitLimitS, "init took %.2f s", s);
+  checkConnections(ctx, "Socket");
+  auto start = Clock::now();
+  EXPECT_OK(ncclCommDestroy(comm));
+  EXPECT_TRUE(secondsSince(start) < 10.0, "destroy took %.2f s", secondsSince(start));
+}
+
+// (c) NCCL_NET naming no engine fails init on every rank, promptly.
+void caseBogus(Ctx& ctx) {
+  setenv("NCCL_NET", "Bogus", 1);
+  ncclComm_t comm = nullptr;
+  double s = 0;
+  ncclResult_t r = timedInit(ctx, &comm, &s);
+  const std::string why = ncclGetLastError(nullptr);
+  printf("rank %d: %s\n", ctx.env.rank, why.c_str());
+  EXPECT_TRUE(r == ncclInvalidArgument, "init returned %d (%s)", r, ncclGetErrorString(r));
+  EXPECT_TRUE(
+      why.find("NCCL_NET=Bogus") != std::string::npos && why.find("Socket") != std::string::npos,
+      "last error does not name NCCL_NET=Bogus and the Socket engine: %s", why.c_str());
+  EXPECT_TRUE(s < kInitLimitS, "failing init took %.2f s", s);
+  if (comm != nullptr) EXPECT_OK(ncclCommAbort(comm));
+}
+
+using CounterFn = long long (*)(const char*);
+
+// (d) The connections go through the net plugin NCCL_NET_PLUGIN names: its
+// own call counters show every listen, connect and accept.
+void casePlugin(Ctx& ctx) {
+  const char* path = FERRY_TEST_NET_PLUGIN_V11;
+  setenv("NCCL_NET_PLUGIN", path, 1);
+  setenv("NCCL_NET", "ferrytest", 1);
+  ncclComm_t comm = nullptr;
+  double s = 0;
+  EXPECT_OK(timedInit(ctx, &comm, &s));
+  if (gFailures > 0) return;
+  EXPECT_TRUE(s < kInitLimitS, "init took %.2f s", s);
+  checkConnections(ctx, "FerryTest");
+  // The library Ferry loaded, not a second copy.
+  void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_TRUE(lib != nullptr, "%s is not loaded: %s", path, dlerror());
+  if (lib == nullptr) return;
+  auto counter = reinterpret_cast<CounterFn>(dlsym(lib, "ferryTestNetCounters"));
+  EXPECT_TRUE(counter != nullptr, "no ferryTestNetCounters in %s", path);
+  if (counter == nullptr) return;
+  long long remote = 0;
+  for (int q = 0; q < ctx.env.nranks; ++q) remote += hostOf(q) != hostOf(ctx.env.rank);
+  printf("rank %d: plugin calls: listen %lld connect %lld accept %lld closeListen %lld\n",
+         ctx.env.rank, counter("listen"), counter("connect"), counter("accept"),
+         counter("closeListen"));
+  EXPECT_TRUE(counter("listen") == remote, "listen called %lld times, %lld expected",
+              counter("listen"), remote);
+  EXPECT_TRUE(counter("connect") >= remote, "connect called %lld times", counter("connect"));
+  EXPECT_TRUE(counter("accept") >= remote, "accept called %lld times", counter("accept"));
+  EXPECT_TRUE(counter("closeListen") == remote, "closeListen called %lld times",
+              counter("closeListen"));
+  World w = makeWorld(ctx, comm);
+  sameHostRound(w, 1);
+  const int other = (w.rank + kRanksPerHost) % w.nranks;
+  TestBuffer buf(64, BufferKind::Plain);
+  EXPECT_RESULT(ncclSend(buf.data(), 64, ncclInt8, other, w.comm, w.stream), ncclInvalidUsage);
+  w.destroy();
+  EXPECT_OK(ncclFerryStreamDestroy(w.stream));
+  EXPECT_TRUE(counter("closeSend") == remote && counter("closeRecv") == remote,
+              "after destroy: closeSend %lld closeRecv %lld, %lld each expected",
+              counter("closeSend"), counter("closeRecv"), remote);
+  dlclose(lib);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::map<std::string, std::function<void(Ctx&)>> cases = {
+      {"connect", caseConnect},
+      {"initdestroy", caseInitDestroy},
+      {"bogus", caseBogus},
+      {"plugin", casePlugin},
+  };
+  if (argc != 2 || cases.count(argv[1]) == 0) {
+    fprintf(stderr, "usage: ferry-run -n N %s <connect|initdestroy|bogus|plugin>\n", argv[0]);
+    return 2;
+  }
+  Ctx ctx;
+  ctx.env = launchEnv();
+  if (ctx.env.nranks % kRanksPerHost != 0 || ctx.env.nranks < 2 * kRanksPerHost) {
+    fprintf(stderr, "%s: run with a multiple of %d ranks, at least %d\n", argv[0], kRanksPerHost,
+            2 * kRanksPerHost);
+    return 2;
+  }
+  prepare(ctx);
+  cases.at(argv[1])(ctx);
+  // The log stays when something failed: it shows what was connected.
+  if (gFailures == 0) unlink(ctx.logPath.c_str());
+  printf("%s %s (rank %d): %d failure(s)%s%s\n", gFailures == 0 ? "PASS" : "FAIL", argv[1],
+         ctx.env.rank, gFailures.load(),
+         gFailures == 0 ? "" : "; log: ", gFailures == 0 ? "" : ctx.logPath.c_str());
+  return gFailures == 0 ? 0 : 1;
+}
