@@ -74,9 +74,8 @@ Status Communicator::initSteps(const ncclUniqueId& id) {
   FERRY_CHECK(boot::Bootstrap::create(id, rank_, nranks_, opts, &bootstrap_));
 
   std::vector<PeerInfo> peers(nranks_);
-  FERRY_CHECK(
-      fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId,
-                        params_.getString(ParamId::HostId), &peers[rank_]));
+  FERRY_CHECK(fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId,
+                                params_.getString(ParamId::HostId), &peers[rank_]));
   peers[rank_].maxCtas = config_.maxCTAs;
   peers[rank_].knobs = collectAgreedKnobs(params_);
   FERRY_CHECK(bootstrap_->allGather(peers.data(), sizeof(PeerInfo)));

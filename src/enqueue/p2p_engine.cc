@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/env.h"
 #include "enqueue/p2p_engine_op.h"
 #include "enqueue/rendezvous.h"
 #include "runtime/device_scope.h"
@@ -39,8 +40,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   // A parked wait-value blocks its hardware queue: with a single device
   // connection every stream shares that queue and stops behind it (NOTES.md
   // trap 16, ferry-zerosm-cond). The spin kernel keeps the queue moving.
-  const char* conns = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  const bool oneQueue = conns != nullptr && atoi(conns) == 1;
+  const bool oneQueue = atoi(envString("CUDA_DEVICE_MAX_CONNECTIONS").c_str()) == 1;
   bool memop = wait == "memop";
   if (memop && oneQueue && ctx.runtime->kind() == rt::RuntimeKind::Cuda) {
     FERRY_WARN(
@@ -284,20 +284,20 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
                               size_t i) {
   constexpr uint64_t kMinBytes = uint64_t{1} << 20;
   const P2pTask& t = tasks[i];
-  if (pushWaitNs_ == 0 || t.bytes < kMinBytes) return;
-  bool exchange = false;
-  for (size_t j = 0; j < tasks.size(); ++j) {
-    exchange = exchange || (!tasks[j].isSend && tasks[j].peer == t.peer && ops[j].claimed &&
-                            ops[j].first && tasks[j].bytes >= kMinBytes);
-  }
   // A peer in this process is usually driven by this same thread (one
   // group over several devices' communicators): it cannot post meanwhile.
-  if (ops[i].conn->samePeerProcess || !(exchange || stageSends_)) return;
+  if (pushWaitNs_ == 0 || t.bytes < kMinBytes || ops[i].conn->samePeerProcess) return;
+  bool exchange = false;
+  for (size_t j = 0; !stageSends_ && !exchange && j < tasks.size(); ++j) {
+    exchange = !tasks[j].isSend && tasks[j].peer == t.peer && ops[j].claimed && ops[j].first &&
+               tasks[j].bytes >= kMinBytes;
+  }
+  if (!stageSends_ && !exchange) return;
   const Op& op = ops[i];
   const int64_t ns = std::min<int64_t>(pushWaitNs_, static_cast<int64_t>(t.bytes / 400));
   bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
   FERRY_TRACE(kLogP2p, "send to peer %d: message %llu (%s): receiver %s within %lld us", t.peer,
-              static_cast<unsigned long long>(op.seq), exchange ? "exchange" : "would stage",
+              static_cast<unsigned long long>(op.seq), stageSends_ ? "would stage" : "exchange",
               arrived ? "posted" : "did not post", static_cast<long long>(ns / 1000));
 }
 
