@@ -479,6 +479,24 @@ for s in $stages; do
       echo "bench $mode exit $?"; grep -v "^\[1\]" "$out/bench-$mode.txt" | tail -40
     done
     ;;
+  netone)
+    # Two ranks as two emulated hosts (NCCL_HOSTID) on whatever GPUs there
+    # are (one GPU: both ranks on it): the network path on CUDA, then
+    # ferry-bench beside NVIDIA's NCCL over its socket transport (both on
+    # loopback), then a raw loopback TCP probe with 1 and 4 streams.
+    stage netone
+    export NCCL_SOCKET_IFNAME=lo
+    for c in ${NET_CASES:-alltoall stress unbatched many mixes large}; do
+      FERRY_TEST_RANKS_PER_HOST=1 timeout 200 $run --timeout 190 $b/tests/mp_p2p $c >"$out/netone-$c.log" 2>&1
+      echo "mp_p2p $c across hosts: exit $? $(grep -hE 'large message|FAIL' "$out/netone-$c.log" | head -3 | tr '\n' ' ')"
+    done
+    timeout 240 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 230 $b/bench/ferry-bench \
+      sendrecv,alltoall -b ${NET_MIN:-8} -e ${NET_MAX:-1G} -f 8 -w 2 -n ${NET_ITERS:-5} --inplace no \
+      --lib $b/libnccl.so.2 --compare "$nccl" >"$out/netone-bench.txt" 2>&1
+    echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
+    grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
+    timeout 60 python3 "$src/scripts/tcp_probe.py" 1 4 2>&1 | tee "$out/netone-tcp.txt"
+    ;;
   overlap)
     stage overlap
     for mode in ${OVERLAP_MODES:-LAZY}; do

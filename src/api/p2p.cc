@@ -31,15 +31,6 @@ Status checkPeer(Communicator* comm, int peer, bool send, const char* fn) {
     FERRY_FAIL(ncclInvalidArgument, "%s: peer %d is out of range [0, %d)", fn, peer,
                comm->nranks());
   }
-  // Checked before reaches(): connections to peers on other hosts exist
-  // since init (TransportId::Net), but the engine has no data path over
-  // them yet and would treat them as control-block connections.
-  if (comm->topology().links[peer] == PeerLink::OtherHost) {
-    FERRY_FAIL(ncclInvalidUsage,
-               "%s: peer %d is on another host: network data path not yet implemented (the "
-               "connection exists since init; transfers over it come next)",
-               fn, peer);
-  }
   if (!comm->p2p()->reaches(peer, send)) {
     FERRY_FAIL(ncclInvalidUsage,
                "%s: no transport reaches peer %d (NCCL_P2P_DISABLE and NCCL_SHM_DISABLE are both "

@@ -36,6 +36,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollLlSlotBytes,
     ParamId::CollLlMaxBytes,
     ParamId::CollLlChannelBytes,
+    ParamId::NetChunkBytes,
 };
 inline constexpr size_t kAgreedKnobCount = std::size(kAgreedKnobIds);
 

@@ -26,6 +26,12 @@
     "Socket engine: helper threads per connection (1..16; 0: 2).")                                \
   X(NsocksPerthread, "NCCL_NSOCKS_PERTHREAD", Int, "0",                                           \
     "Socket engine: TCP streams per helper thread (1..16, threads x this <= 64; 0: 2).")          \
+  X(NetChunkBytes, "FERRY_NET_CHUNK_BYTES", Int, "1M",                                          \
+    "Point-to-point across hosts: messages travel in chunks of this size (4K..1G; every rank "   \
+    "must set the same).")                                                                       \
+  X(NetFifoBytes, "FERRY_NET_FIFO_BYTES", Int, "16M",                                            \
+    "Point-to-point across hosts: pinned receive FIFO per peer connection, made on first use "   \
+    "(at least 2 chunks).")                                                                      \
   X(HostId, "NCCL_HOSTID", String, "",                                                            \
     "The host this rank believes it is on (default: the machine's own identity); ranks with "     \
     "different values use the network between them, so one machine can emulate several hosts.") \

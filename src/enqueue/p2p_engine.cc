@@ -60,6 +60,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
+  FERRY_CHECK(netSizes(*ctx.params, &e->netChunk_, &e->netFifoChunks_));
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (NOTES.md trap 22).
   FERRY_CHECK(ctx.runtime->preloadKernels());
@@ -74,6 +75,25 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
                "avoid the copy");
   }
   *out = std::move(e);
+  return ncclSuccess;
+}
+
+// FERRY_NET_CHUNK_BYTES (an agreed knob: both sides cut messages alike)
+// and the receive FIFO's slots (FERRY_NET_FIFO_BYTES, at least 2 chunks).
+Status P2pEngine::netSizes(const Params& params, uint64_t* chunk, uint64_t* slots) {
+  const int64_t c = params.getInt(ParamId::NetChunkBytes);
+  const int64_t f = params.getInt(ParamId::NetFifoBytes);
+  if (c < 4096 || c > (int64_t{1} << 30)) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_NET_CHUNK_BYTES=%lld is outside [4K, 1G]",
+               static_cast<long long>(c));
+  }
+  if (f < 2 * c) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "FERRY_NET_FIFO_BYTES=%lld holds fewer than 2 chunks of FERRY_NET_CHUNK_BYTES=%lld",
+               static_cast<long long>(f), static_cast<long long>(c));
+  }
+  *chunk = static_cast<uint64_t>(c);
+  *slots = static_cast<uint64_t>(f / c);
   return ncclSuccess;
 }
 
@@ -345,6 +365,21 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   // (a single thread may drive several devices' communicators in one group).
   rt::DeviceScope device(runtime_, device_);
   FERRY_CHECK(device.status());
+  // Peers on other hosts have a data path of their own; their connections
+  // are disjoint from the others', so the two parts are independent.
+  if (std::any_of(tasks.begin(), tasks.end(), [this](const P2pTask& t) { return isNet(t); })) {
+    std::vector<P2pTask> net, local;
+    for (const P2pTask& t : tasks) (isNet(t) ? net : local).push_back(t);
+    // Both parts go, whatever the other's outcome: a part left out would
+    // leave its peers waiting for their timeout.
+    Status n = launchNet(net);
+    Status l = local.empty() ? ncclSuccess : launchLocal(local);
+    return n != ncclSuccess ? n : l;
+  }
+  return launchLocal(tasks);
+}
+
+Status P2pEngine::launchLocal(const std::vector<P2pTask>& tasks) {
   std::vector<SelfPair> pairs;
   FERRY_CHECK(selfPairs(tasks, &pairs));
   if (pairs.empty()) return launchOnDevice(tasks, nullptr);
@@ -483,11 +518,13 @@ std::string P2pEngine::describeCounters() const {
     const SendConnection* s = state_.send[p].get();
     const RecvConnection* r = state_.recv[p].get();
     if (s == nullptr && r == nullptr) continue;
-    char line[240];
+    const bool net = (s ? s->transport : r->transport) == TransportId::Net;
+    char line[260];
     snprintf(line, sizeof(line),
-             " [peer %zu: sent %llu ops %llu B (%llu direct, %llu pushed by us), received %llu "
+             " [peer %zu%s: sent %llu ops %llu B (%llu direct, %llu pushed by us), received %llu "
              "ops %llu B (%llu pulled by us)]",
-             p, s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
+             p, net ? " via NET" : "",
+             s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.bytes.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.zeroCopyOps.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.copiedOps.load()) : 0ULL,

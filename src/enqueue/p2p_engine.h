@@ -39,6 +39,7 @@
 #include "core/params.h"
 #include "enqueue/peer_memory.h"
 #include "enqueue/staging.h"
+#include "proxy/net_progress.h"
 #include "proxy/proxy.h"
 #include "transport/connection.h"
 #include "transport/setup.h"
@@ -87,6 +88,19 @@ class P2pEngine {
   [[nodiscard]] Status userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word,
                                 uint64_t value);
   [[nodiscard]] Status newEvent(std::shared_ptr<rt::Event>* out);
+  // Messages to and from peers on other hosts (p2p_net.cc).
+  struct NetTask;
+  bool isNet(const P2pTask& t) const;
+  [[nodiscard]] Status launchNet(const std::vector<P2pTask>& tasks);
+  [[nodiscard]] Status prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq, NetOp* op);
+  [[nodiscard]] Status submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTask>& net,
+                                 Streams& streams);
+  [[nodiscard]] Status stageNetSend(const P2pTask& t, NetOp& op);
+  [[nodiscard]] Status drainNetRecv(const P2pTask& t, NetOp& op);
+  void failNetConnection(ConnectionBase& conn, Status s);
+  [[nodiscard]] Status userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value);
+  [[nodiscard]] static Status netSizes(const Params& params, uint64_t* chunk, uint64_t* slots);
+  [[nodiscard]] Status launchLocal(const std::vector<P2pTask>& tasks);
   [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks,
                                       const std::function<Status()>& afterPost);
   // Phase A: claims every message of the launch (in call order).
@@ -133,6 +147,8 @@ class P2pEngine {
   bool stageSends_ = false;                  // see staging.h
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
+  uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
+  uint64_t netFifoChunks_ = 0;               // FERRY_NET_FIFO_BYTES / netChunk_
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections
   bool shutDown_ = false;

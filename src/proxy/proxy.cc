@@ -13,6 +13,9 @@
 namespace ferry {
 namespace {
 
+constexpr int kNetNapMinUs = 20;
+constexpr int kNetNapMaxUs = 200;
+
 std::mutex gProxyMu;
 std::weak_ptr<Proxy> gProxy;  // guarded by gProxyMu
 
@@ -50,6 +53,7 @@ Status Proxy::acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out) {
   p->wakeFd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!p->wakeFd_) FERRY_FAIL(ncclSystemError, "eventfd failed: %s", strerror(errno));
   Proxy* raw = p.get();
+  p->net_ = std::make_unique<NetProgress>([raw](const NetOp& op) { raw->forget(op.owner); });
   p->thread_ = std::thread([raw]() { raw->loop(); });
   FERRY_INFO(kLogProxy, "proxy thread started (rpc %s)", p->rpc_->name().c_str());
   gProxy = p;
@@ -70,6 +74,16 @@ void Proxy::wake() {
   (void)n;  // a full counter already means "wake up"
 }
 
+void Proxy::count(const void* owner) {
+  auto it = std::find_if(counts_.begin(), counts_.end(),
+                         [owner](const auto& c) { return c.first == owner; });
+  if (it == counts_.end()) {
+    counts_.emplace_back(owner, 1);
+  } else {
+    ++it->second;
+  }
+}
+
 void Proxy::post(std::vector<P2pWatch> watches) {
   if (watches.empty()) return;
   {
@@ -77,14 +91,22 @@ void Proxy::post(std::vector<P2pWatch> watches) {
     const int64_t now = nowNs();
     for (P2pWatch& w : watches) {
       if (w.postedNs == 0) w.postedNs = now;
-      auto it = std::find_if(counts_.begin(), counts_.end(),
-                             [&w](const auto& c) { return c.first == w.owner; });
-      if (it == counts_.end()) {
-        counts_.emplace_back(w.owner, 1);
-      } else {
-        ++it->second;
-      }
+      count(w.owner);
       inbox_.push_back(std::move(w));
+    }
+  }
+  wake();
+}
+
+void Proxy::postNet(std::vector<NetOp> ops) {
+  if (ops.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = nowNs();
+    for (NetOp& op : ops) {
+      if (op.postedNs == 0) op.postedNs = now;
+      count(op.owner);
+      netInbox_.push_back(op);
     }
   }
   wake();
@@ -118,23 +140,26 @@ Status Proxy::detach(const void* owner, bool abort, int64_t timeoutMs) {
 
 void Proxy::takePosted() {
   std::vector<P2pWatch> posted;
+  std::vector<NetOp> netPosted;
   std::vector<const void*> drops;
   {
     std::lock_guard<std::mutex> lock(mu_);
     posted.swap(inbox_);
+    netPosted.swap(netInbox_);
     drops.swap(dropRequests_);
   }
   for (P2pWatch& w : posted) watches_.push_back(std::move(w));
+  for (NetOp& op : netPosted) net_->add(op);
   for (const void* owner : drops) dropOwner(owner);
 }
 
 // Counts a finished (or dropped) message out. Last: detach() returns once
 // an owner's count is zero, and its caller then frees the engine and its
 // connections, so the watch (and its mapping) must be gone by then.
-void Proxy::forget(const P2pWatch& w) {
+void Proxy::forget(const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& c : counts_) {
-    if (c.first == w.owner && c.second > 0) --c.second;
+    if (c.first == owner && c.second > 0) --c.second;
   }
 }
 
@@ -156,7 +181,7 @@ void Proxy::failConnection(ConnectionBase* conn, Status s) {
       w.asyncError->compare_exchange_strong(expected, s, std::memory_order_release);
     }
     w.mapping.reset();
-    forget(w);
+    forget(w.owner);
   }
 }
 
@@ -167,8 +192,10 @@ void Proxy::dropOwner(const void* owner) {
       conns.push_back(w.conn);
     }
   }
-  // Aborted with messages in flight: the peer learns it from `error`.
+  // Aborted with messages in flight: the peer learns it from `error` (or,
+  // across hosts, from its closed comm).
   for (ConnectionBase* c : conns) failConnection(c, ncclRemoteError);
+  net_->dropOwner(owner);
 }
 
 void Proxy::checkWatches(bool checkPeers) {
@@ -180,7 +207,7 @@ void Proxy::checkWatches(bool checkPeers) {
     Status fail = conn->failed.load();
     if (fail == ncclSuccess && messageDone(ctrl, w.seq)) {
       w.mapping.reset();
-      forget(w);
+      forget(w.owner);
       watches_.erase(watches_.begin() + static_cast<long>(i));
       continue;
     }
@@ -227,6 +254,7 @@ void Proxy::sleepUntilWork(int timeoutMs) {
 
 void Proxy::loop() {
   int64_t lastPeerCheckNs = 0;
+  auto nap = std::chrono::microseconds(kNetNapMinUs);
   // Acquire: pairs with the release store in ~Proxy.
   while (!stop_.load(std::memory_order_acquire)) {
     takePosted();
@@ -235,8 +263,22 @@ void Proxy::loop() {
     bool peers = t - lastPeerCheckNs > 10000000;  // every 10 ms
     if (peers) lastPeerCheckNs = t;
     checkWatches(peers);
+    if (!net_->empty()) {
+      // Network transfers are driven by polling, as NCCL's proxy does:
+      // straight on while they move; while they wait (for a staging copy,
+      // a FIFO slot, or the peer) naps that grow from 20 us to 200 us, so
+      // a long wait does not take a core from the threads doing the work.
+      if (net_->step(t)) {
+        nap = std::chrono::microseconds(kNetNapMinUs);
+      } else {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(kNetNapMaxUs));
+      }
+      continue;
+    }
     sleepUntilWork(watches_.empty() ? 50 : 1);
   }
+  net_->dropAll();
   for (P2pWatch& w : watches_) w.mapping.reset();
 }
 

@@ -2,13 +2,17 @@
 // communicator of the process. It serves the local RPC (rpc.h: file
 // descriptors of control blocks, staging blocks and host-runtime memory)
 // and watches SM-free messages after their calls returned (p2p_watch.h):
-// completion, peer errors, peer death, FERRY_P2P_TIMEOUT. It submits no GPU
-// work: every copy and flag of a message is submitted by the user's thread
-// inside the API call (transport/ctrl_block.h says why).
+// completion, peer errors, peer death, FERRY_P2P_TIMEOUT. For messages to
+// and from other hosts it moves the bytes between host memory and the
+// network engine (net_progress.h). It submits no GPU work: every copy and
+// flag of a message is submitted by the user's thread inside the API call
+// (transport/ctrl_block.h says why).
 //
-// The loop: take newly posted watches, serve RPC requests, check every
-// watch; sleep in poll() on an eventfd (post() writes it) and the RPC
-// sockets, for 1 ms while messages are watched and 50 ms otherwise.
+// The loop: take newly posted watches and network ops, serve RPC requests,
+// check every watch, progress the network; sleep in poll() on an eventfd
+// (post() writes it) and the RPC sockets: for 50 ms when idle, 1 ms while
+// messages are watched, and not at all while network transfers move (a
+// network op that is only waiting naps ~20 us between passes).
 //
 // Threading: post/detach are called from user threads; everything else
 // runs on the proxy thread. Lifetime: acquire() starts the thread on first
@@ -24,6 +28,7 @@
 
 #include "core/fd.h"
 #include "core/status.h"
+#include "proxy/net_progress.h"
 #include "proxy/p2p_watch.h"
 #include "proxy/rpc.h"
 
@@ -38,6 +43,8 @@ class Proxy {
 
   // Hands watches of messages just submitted to the proxy thread.
   void post(std::vector<P2pWatch> watches);
+  // Hands network messages just submitted to the proxy thread.
+  void postNet(std::vector<NetOp> ops);
   // Waits (up to timeoutMs) until no message of `owner` is in flight. With
   // abort, its messages are dropped at once and the waits of this rank's
   // streams on them released. ncclSystemError on timeout.
@@ -50,7 +57,8 @@ class Proxy {
   void checkWatches(bool checkPeers);
   void failConnection(ConnectionBase* conn, Status s);
   void dropOwner(const void* owner);
-  void forget(const P2pWatch& w);
+  void forget(const void* owner);
+  void count(const void* owner);  // one more in flight; mu_ held
   void sleepUntilWork(int timeoutMs);
   void wake();
   size_t inFlight(const void* owner);
@@ -60,13 +68,15 @@ class Proxy {
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
-  std::mutex mu_;  // guards inbox_, dropRequests_, counts_
+  std::mutex mu_;  // guards inbox_, netInbox_, dropRequests_, counts_
   std::vector<P2pWatch> inbox_;
+  std::vector<NetOp> netInbox_;
   std::vector<const void*> dropRequests_;
   std::vector<std::pair<const void*, size_t>> counts_;  // messages in flight per owner
 
   // Proxy-thread state.
   std::vector<P2pWatch> watches_;
+  std::unique_ptr<NetProgress> net_;
 };
 
 }  // namespace ferry

@@ -5,8 +5,9 @@
 // for a message copies it. A peer on another host is reached through the
 // process's network engine instead (TransportId::Net, transport/net_link.h):
 // such a connection has no control block and no RPC link to the peer's
-// proxy (it lives on the other host); the data path over it is not written
-// yet, so the API refuses send/recv to such peers (api/p2p.cc).
+// proxy (it lives on the other host); its data path (enqueue/p2p_net.cc)
+// stages through pinned host memory (transport/net_buffers.h) that the
+// proxy hands to the engine.
 //
 // Ownership: the Communicator owns its P2pConnections. The user thread that
 // owns the communicator claims messages and submits their work; the proxy
@@ -26,6 +27,7 @@
 #include "proxy/rpc.h"
 #include "runtime/runtime.h"
 #include "transport/ctrl_block.h"
+#include "transport/net_buffers.h"
 #include "transport/net_link.h"
 #include "transport/shared_memory.h"
 
@@ -79,8 +81,12 @@ struct ConnectionBase {
   // process and on other hosts): its closing means the peer process died.
   // Proxy thread only.
   RpcClient* peerLink = nullptr;
-  // TransportId::Net only: the engine's comm with the peer (null otherwise).
+  // TransportId::Net only (null otherwise): the engine's comm with the
+  // peer, and the data path's memory. Declared after `net`: destroyed first
+  // (its registrations go before the comm closes).
   std::unique_ptr<NetLink> net;
+  std::unique_ptr<NetBuffers> netBuffers;
+  uint64_t nextChunk = 0;  // Net, user state: chunk number of the next message's first chunk
 };
 
 struct SendConnection : ConnectionBase {

@@ -4,12 +4,19 @@
 // listen comm until accept() has returned the comm: each receive connection
 // listens on its own, so whatever accept() returns belongs to that peer.
 //
-// Closing goes through the engine when the link is destroyed; a failure
-// there is logged and otherwise ignored (the communicator is going away and
-// nothing could be done about it).
+// Closing goes through the engine when the link is destroyed, or earlier
+// when the proxy fails the connection (closing is how the peer on the other
+// host learns of it: its next request on the comm fails); a failure there
+// is logged and otherwise ignored (nothing could be done about it).
 //
-// Threading: as the engine's (net/net_registry.h serializes its calls).
+// Threading: the engine serializes its own calls (net/net_registry.h). The
+// comm's lifetime is guarded by `mu`: the user's thread registers memory
+// on it (regMr) while the proxy thread may close it (closeComm). The proxy
+// thread, the only one that closes it early, uses it for transfers without
+// the lock.
 #pragma once
+
+#include <mutex>
 
 #include "core/log.h"
 #include "core/status.h"
@@ -20,13 +27,7 @@ namespace ferry {
 struct NetLink {
   NetLink(net::NetEngine* e, int d, bool send) : engine(e), dev(d), isSend(send) {}
   ~NetLink() {
-    if (comm != nullptr) {
-      Status s = isSend ? engine->closeSend(comm) : engine->closeRecv(comm);
-      if (!ok(s)) {
-        FERRY_WARN("NET/%s: closing a %s comm failed: %s (ignored)", engine->name(),
-                   isSend ? "send" : "receive", statusString(s));
-      }
-    }
+    closeComm();
     closeListen();
   }
   NetLink(const NetLink&) = delete;
@@ -42,11 +43,38 @@ struct NetLink {
     listenComm = nullptr;
   }
 
+  void closeComm() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (comm == nullptr) return;
+    Status s = isSend ? engine->closeSend(comm) : engine->closeRecv(comm);
+    if (!ok(s)) {
+      FERRY_WARN("NET/%s: closing a %s comm failed: %s (ignored)", engine->name(),
+                 isSend ? "send" : "receive", statusString(s));
+    }
+    comm = nullptr;
+  }
+
+  // Registers host memory on the comm; ncclSystemError once it is closed.
+  [[nodiscard]] Status regMr(void* data, size_t bytes, void** mhandle) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (comm == nullptr) FERRY_FAIL(ncclSystemError, "NET/%s: connection closed", engine->name());
+    return engine->regMr(comm, data, bytes, net::kPtrHost, mhandle);
+  }
+  // Deregisters (nothing to do once the comm is closed: the engine freed
+  // its registrations with it).
+  void deregMr(void* mhandle) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (comm == nullptr || mhandle == nullptr) return;
+    Status s = engine->deregMr(comm, mhandle);
+    if (!ok(s)) FERRY_WARN("NET/%s: deregMr failed: %s (ignored)", engine->name(), statusString(s));
+  }
+
   net::NetEngine* const engine;  // the process's; never destroyed
   const int dev;
   const bool isSend;
   void* comm = nullptr;        // send comm (isSend) or receive comm, once connected
   void* listenComm = nullptr;  // receiver, until accept() returns `comm`
+  std::mutex mu;               // guards `comm` against closeComm (see above)
 };
 
 }  // namespace ferry

@@ -26,8 +26,10 @@ Status makeNetConnection(const P2pSetupContext& ctx, net::NetEngine* engine, int
   c->transport = TransportId::Net;
   c->samePeerProcess = false;
   c->net = std::make_unique<NetLink>(engine, kNetDev, c->isSend);
-  // Unused until the network data path exists; P2pEngine::shutdown
-  // synchronizes every connection's stream, so a Net one needs one too.
+  c->netBuffers = std::make_unique<NetBuffers>(ctx.runtime, c->net.get());
+  FERRY_CHECK(c->netBuffers->init());
+  // The copies between the user's buffer and the connection's host memory
+  // (enqueue/p2p_net.cc).
   FERRY_CHECK(ctx.runtime->createStream(&c->stream));
   return ncclSuccess;
 }

@@ -17,10 +17,55 @@ function(ferry_net_test name nranks case)
     COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --runtime host --timeout 60
             $<TARGET_FILE:mp_net> ${case})
   set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 90
-    ENVIRONMENT "FERRY_BOOTSTRAP_TIMEOUT=30;${ARGN}")
+    ENVIRONMENT "FERRY_BOOTSTRAP_TIMEOUT=30;NCCL_SOCKET_IFNAME=lo;${ARGN}")
 endfunction()
 
 ferry_net_test(net.connect.2x2 4 connect)
 ferry_net_test(net.initdestroy.4x2 8 initdestroy)
 ferry_net_test(net.bogus.2x2 4 bogus)
 ferry_net_test(net.plugin.2x2 4 plugin)
+
+# Point-to-point across emulated hosts: the SM-free suite's own cases
+# (p2p_cases.cc) with FERRY_TEST_RANKS_PER_HOST=k, so each rank's peers on
+# other "hosts" go through the network engine and the rest through P2P, in
+# the same groups. Loopback only (NCCL_SOCKET_IFNAME=lo).
+function(ferry_net_p2p_test name nranks perHost case)
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --runtime host --timeout 280
+            $<TARGET_FILE:mp_p2p> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 300
+    ENVIRONMENT "FERRY_TEST_RANKS_PER_HOST=${perHost};NCCL_SOCKET_IFNAME=lo;${ARGN}")
+endfunction()
+
+ferry_net_p2p_test(net.p2p.alltoall.2x1 2 1 alltoall)
+ferry_net_p2p_test(net.p2p.alltoall.4x2 8 2 alltoall)
+ferry_net_p2p_test(net.p2p.stress.2x2 4 2 stress)
+ferry_net_p2p_test(net.p2p.unbatched.2x2 4 2 unbatched)
+ferry_net_p2p_test(net.p2p.dtypes.3x1 3 1 dtypes)
+ferry_net_p2p_test(net.p2p.mixes.2x2 4 2 mixes)
+ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
+ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)
+ferry_net_p2p_test(net.p2p.timeout.2x1 2 1 timeout FERRY_P2P_TIMEOUT=2)
+# Tiny chunks and a 4-slot FIFO: many chunks per message, slots reused
+# many times within one message.
+ferry_net_p2p_test(net.p2p.stress.smallchunks.2x2 4 2 stress
+  "FERRY_NET_CHUNK_BYTES=4K;FERRY_NET_FIFO_BYTES=16K")
+# The test net plugin carries the bytes (8 requests per comm at most).
+ferry_net_p2p_test(net.p2p.alltoall.plugin.3x1 3 1 alltoall
+  "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
+ferry_net_p2p_test(net.p2p.alltoall.plugin6.2x1 2 1 alltoall
+  "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v6>;NCCL_NET=ferrytest")
+
+# A peer killed mid-transfer across hosts (p2p_kill.cc forks it).
+add_test(NAME net.p2p.peer_killed COMMAND $<TARGET_FILE:mp_p2p_kill> net)
+set_tests_properties(net.p2p.peer_killed PROPERTIES LABELS multiproc TIMEOUT 120
+  ENVIRONMENT "NCCL_SOCKET_IFNAME=lo")
+ferry_net_test(net.mismatch.2x2 4 mismatch)
+
+# Two network namespaces joined by a veth pair: a real link, no loopback
+# (net_veth.sh; skipped where namespaces cannot be made).
+add_test(NAME net.p2p.veth.alltoall
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/net_veth.sh $<TARGET_FILE:mp_p2p> alltoall)
+set_tests_properties(net.p2p.veth.alltoall PROPERTIES LABELS multiproc TIMEOUT 150
+  SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)

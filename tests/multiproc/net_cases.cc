@@ -1,15 +1,14 @@
 // Network connections at init across emulated hosts, under ferry-run on the
 // host runtime: every rank sets NCCL_HOSTID from its rank (kRanksPerHost
 // ranks per "host") before it creates its communicator, so ranks of one
-// machine see each other as peers on other hosts and connect through the
-// network engine (src/transport/net_setup.h). No data moves over those
-// connections yet; send/recv to such a peer must fail cleanly.
+// machine see each other as peers on other hosts, connect through the
+// network engine (src/transport/net_setup.h) and move data over it.
 //
 // Which connections were made is read back from the rank's own INFO log
 // (NCCL_DEBUG_FILE, one file per process), whose lines
 // "connection A -> B via <transport>" are what users see too.
 //
-// Usage: ferry-run -n N mp_net <connect|initdestroy|bogus|plugin>
+// Usage: ferry-run -n N mp_net <connect|initdestroy|bogus|plugin|mismatch>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -169,55 +168,70 @@ void sameHostRound(World& w, uint64_t round) {
   for (auto& m : in) m->verify("same-host exchange");
 }
 
-bool lastErrorSays(const char* text) {
-  const char* last = ncclGetLastError(nullptr);
-  return last != nullptr && strstr(last, text) != nullptr;
-}
-
-// Send/recv to every peer on another host fails at once with
-// ncclInvalidUsage, alone and inside a group whose other operations (with
-// this host's peers) still go through; so do the all-peer collectives.
-void crossHostRefused(World& w) {
-  const char* why = "network data path not yet implemented";
-  TestBuffer buf(4096, BufferKind::Plain), all(4096 * w.nranks, BufferKind::Plain);
-  auto start = Clock::now();
-  for (int q = 0; q < w.nranks; ++q) {
-    if (hostOf(q) == hostOf(w.rank)) continue;
-    EXPECT_RESULT(ncclSend(buf.data(), 4096, ncclInt8, q, w.comm, w.stream), ncclInvalidUsage);
-    EXPECT_TRUE(lastErrorSays(why), "send to %d: last error: %s", q, ncclGetLastError(nullptr));
-    EXPECT_RESULT(ncclRecv(buf.data(), 4096, ncclInt8, q, w.comm, w.stream), ncclInvalidUsage);
-    EXPECT_TRUE(lastErrorSays(why), "recv from %d: last error: %s", q, ncclGetLastError(nullptr));
-  }
-  EXPECT_RESULT(ncclAlltoAll(all.data(), all.data(), 4096, ncclInt8, w.comm, w.stream),
-                ncclInvalidUsage);
-  const double s = secondsSince(start);
-  EXPECT_TRUE(s < 2.0, "refusing cross-host send/recv took %.2f s", s);
-  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
-  // In a group: the refused call adds nothing, the rest runs at group end.
-  const int partner = w.rank ^ 1;
+// One group with every peer, on this host and on the others: fresh random
+// payloads of random sizes (0 bytes, small, several network chunks),
+// poisoned receive buffers, every byte compared; then ncclAlltoAll across
+// the hosts, checked the same way. The per-peer counters count the
+// network messages like any other.
+void crossHostRound(World& w, uint64_t round) {
+  std::vector<std::unique_ptr<Message>> out, in;
+  ncclFerryPeerStats_t before{};
   const int remote = (w.rank + kRanksPerHost) % w.nranks;
-  Message out(w, 777, w.rank, partner, 100000, BufferKind::Plain);
-  Message in(w, 777, partner, w.rank, 100000, BufferKind::Plain);
-  out.fillAsSender();
-  in.poison();
+  EXPECT_OK(ncclFerryCommPeerStats(w.comm, remote, &before));
   EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclSend(out.buf.data(), out.bytes, ncclInt8, partner, w.comm, w.stream));
-  EXPECT_RESULT(ncclSend(buf.data(), 4096, ncclInt8, remote, w.comm, w.stream), ncclInvalidUsage);
-  EXPECT_OK(ncclRecv(in.buf.data(), in.bytes, ncclInt8, partner, w.comm, w.stream));
+  for (int p = 0; p < w.nranks; ++p) {
+    auto size = [&](int from, int to) -> size_t {
+      Rng pick(w.seed ^ (round * 0x9E3779B97F4A7C15ULL), static_cast<uint64_t>(from * 64 + to));
+      switch (pick.below(4)) {
+        case 0:
+          return pick.below(3);  // 0..2 bytes
+        case 1:
+          return 1 + pick.below(64 << 10);
+        default:
+          return (1 << 20) + pick.below(5 << 20);  // several 1 MiB chunks
+      }
+    };
+    out.push_back(
+        std::make_unique<Message>(w, round, w.rank, p, size(w.rank, p), BufferKind::Plain));
+    in.push_back(
+        std::make_unique<Message>(w, round, p, w.rank, size(p, w.rank), BufferKind::Plain));
+    out.back()->fillAsSender();
+    in.back()->poison();
+    EXPECT_OK(ncclSend(out.back()->buf.data(), out.back()->bytes, ncclInt8, p, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(in.back()->buf.data(), in.back()->bytes, ncclInt8, p, w.comm, w.stream));
+  }
   EXPECT_OK(ncclGroupEnd());
   EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
-  in.verify("group with a refused cross-host send");
+  for (auto& m : in) m->verify("cross-host exchange");
+  ncclFerryPeerStats_t after{};
+  EXPECT_OK(ncclFerryCommPeerStats(w.comm, remote, &after));
+  EXPECT_TRUE(after.sendOps == before.sendOps + 1 && after.recvOps == before.recvOps + 1,
+              "peer %d: counters moved by %llu sends, %llu receives (1 each expected)", remote,
+              after.sendOps - before.sendOps, after.recvOps - before.recvOps);
   ncclResult_t async = ncclInternalError;
   EXPECT_OK(ncclCommGetAsyncError(w.comm, &async));
-  EXPECT_TRUE(async == ncclSuccess, "communicator in error state %d after refused calls", async);
-  ncclFerryPeerStats_t st{};
-  EXPECT_OK(ncclFerryCommPeerStats(w.comm, remote, &st));
-  EXPECT_TRUE(st.sendOps == 0 && st.recvOps == 0, "peer %d counted %llu sends %llu receives",
-              remote, st.sendOps, st.recvOps);
+  EXPECT_TRUE(async == ncclSuccess, "communicator in error state %d", async);
 }
 
-// (a) Connections across hosts are NET, same-host peers still exchange
-// data, cross-host send/recv is refused without harm, destroy is clean.
+void crossHostAlltoAll(World& w, uint64_t round) {
+  const size_t block = (3 << 20) + 5;  // several chunks, an odd tail
+  TestBuffer send(block * w.nranks, BufferKind::Plain), recv(block * w.nranks, BufferKind::Plain);
+  for (int p = 0; p < w.nranks; ++p) {
+    expectedPayload(w, round, w.rank, p, static_cast<char*>(send.data()) + p * block, block);
+  }
+  memset(recv.data(), 0xA5, block * w.nranks);
+  EXPECT_OK(ncclAlltoAll(send.data(), recv.data(), block, ncclInt8, w.comm, w.stream));
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  std::vector<char> want(block);
+  for (int p = 0; p < w.nranks; ++p) {
+    expectedPayload(w, round, p, w.rank, want.data(), block);
+    const char* got = static_cast<const char*>(recv.data()) + p * block;
+    EXPECT_TRUE(memcmp(got, want.data(), block) == 0, "alltoall: block from %d differs", p);
+  }
+}
+
+// (a) Connections across hosts are NET, and data moves over them and over
+// the same-host ones in one group; destroy is clean.
 void caseConnect(Ctx& ctx) {
   ncclComm_t comm = nullptr;
   double s = 0;
@@ -227,7 +241,8 @@ void caseConnect(Ctx& ctx) {
   checkConnections(ctx, "Socket");
   World w = makeWorld(ctx, comm);
   for (uint64_t round = 0; round < 6; ++round) sameHostRound(w, round);
-  crossHostRefused(w);
+  for (uint64_t round = 10; round < 16; ++round) crossHostRound(w, round);
+  crossHostAlltoAll(w, 20);
   // A second communicator over the same ranks shares the process's engine
   // (its connections come and go while the first one's stay up).
   World split = w.split();
@@ -271,6 +286,77 @@ void caseBogus(Ctx& ctx) {
   if (comm != nullptr) EXPECT_OK(ncclCommAbort(comm));
 }
 
+// Waits up to `seconds` for the communicator's async error to be set.
+ncclResult_t awaitAsyncError(ncclComm_t comm, double seconds) {
+  ncclResult_t state = ncclSuccess;
+  auto start = Clock::now();
+  while (state == ncclSuccess && secondsSince(start) < seconds) {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclSuccess) usleep(10000);
+  }
+  return state;
+}
+
+// (e) A send whose receive (on another host) has another size: the
+// receiver fails with ncclInvalidUsage naming both sizes, its closed
+// connection fails the sender's next message with ncclRemoteError, and
+// nothing hangs; the other ranks' exchange is unaffected. Ranks 0 -> 2
+// mismatch; 1 <-> 3 exchange correctly.
+void caseMismatch(Ctx& ctx) {
+  ncclComm_t comm = nullptr;
+  double s = 0;
+  EXPECT_OK(timedInit(ctx, &comm, &s));
+  if (gFailures > 0) return;
+  World w = makeWorld(ctx, comm);
+  const int me = w.rank;
+  if (me == 1 || me == 3) {
+    const int peer = 4 - me;
+    Message out(w, 30, me, peer, (5 << 20) + 7, BufferKind::Plain);
+    Message in(w, 30, peer, me, (5 << 20) + 7, BufferKind::Plain);
+    out.fillAsSender();
+    in.poison();
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(out.buf.data(), out.bytes, ncclInt8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(in.buf.data(), in.bytes, ncclInt8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    in.verify("exchange beside a mismatch");
+    ncclResult_t async = ncclInternalError;
+    EXPECT_OK(ncclCommGetAsyncError(w.comm, &async));
+    EXPECT_TRUE(async == ncclSuccess, "rank %d: async error %d", me, async);
+  } else if (me == 0) {
+    Message out(w, 31, 0, 2, (3 << 20) + 1, BufferKind::Plain);
+    out.fillAsSender();
+    EXPECT_OK(ncclSend(out.buf.data(), out.bytes, ncclInt8, 2, w.comm, w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    // The receiver has closed the connection by the time this one goes.
+    ncclResult_t state = ncclSuccess;
+    for (int i = 0; i < 200 && state == ncclSuccess; ++i) {
+      usleep(20000);
+      // Refused once the communicator knows; that is the point.
+      (void)ncclSend(out.buf.data(), 4096, ncclInt8, 2, w.comm, w.stream);
+      EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+      EXPECT_OK(ncclCommGetAsyncError(w.comm, &state));
+    }
+    printf("rank 0: sender's async error: %s\n", ncclGetErrorString(state));
+    EXPECT_TRUE(state == ncclRemoteError, "sender's async error %d", state);
+  } else {
+    Message in(w, 31, 0, 2, (2 << 20) + 1, BufferKind::Plain);
+    in.poison();
+    EXPECT_OK(ncclRecv(in.buf.data(), in.bytes, ncclInt8, 0, w.comm, w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    const ncclResult_t state = awaitAsyncError(w.comm, 20);
+    const std::string why = ncclGetLastError(w.comm);
+    printf("rank 2: receiver's async error: %s (%s)\n", ncclGetErrorString(state), why.c_str());
+    EXPECT_TRUE(state == ncclInvalidUsage, "receiver's async error %d", state);
+    EXPECT_TRUE(
+        why.find("2097153") != std::string::npos && why.find("does not match") != std::string::npos,
+        "the last error does not explain the mismatch: %s", why.c_str());
+  }
+  EXPECT_OK(ncclCommAbort(w.comm));
+  EXPECT_OK(ncclFerryStreamDestroy(w.stream));
+}
+
 using CounterFn = long long (*)(const char*);
 
 // (d) The connections go through the net plugin NCCL_NET_PLUGIN names: its
@@ -305,9 +391,14 @@ void casePlugin(Ctx& ctx) {
               counter("closeListen"));
   World w = makeWorld(ctx, comm);
   sameHostRound(w, 1);
-  const int other = (w.rank + kRanksPerHost) % w.nranks;
-  TestBuffer buf(64, BufferKind::Plain);
-  EXPECT_RESULT(ncclSend(buf.data(), 64, ncclInt8, other, w.comm, w.stream), ncclInvalidUsage);
+  const long long sends = counter("isend"), recvs = counter("irecv");
+  crossHostRound(w, 2);
+  printf("rank %d: plugin isend %lld irecv %lld test %lld regMr %lld\n", ctx.env.rank,
+         counter("isend"), counter("irecv"), counter("test"), counter("regMr"));
+  EXPECT_TRUE(counter("isend") > sends && counter("irecv") > recvs,
+              "the plugin carried nothing: isend %lld -> %lld, irecv %lld -> %lld", sends,
+              counter("isend"), recvs, counter("irecv"));
+  EXPECT_TRUE(counter("regMr") > 0, "no memory registered with the plugin");
   w.destroy();
   EXPECT_OK(ncclFerryStreamDestroy(w.stream));
   EXPECT_TRUE(counter("closeSend") == remote && counter("closeRecv") == remote,
@@ -320,13 +411,12 @@ void casePlugin(Ctx& ctx) {
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Ctx&)>> cases = {
-      {"connect", caseConnect},
-      {"initdestroy", caseInitDestroy},
-      {"bogus", caseBogus},
-      {"plugin", casePlugin},
+      {"connect", caseConnect}, {"initdestroy", caseInitDestroy}, {"bogus", caseBogus},
+      {"plugin", casePlugin},   {"mismatch", caseMismatch},
   };
   if (argc != 2 || cases.count(argv[1]) == 0) {
-    fprintf(stderr, "usage: ferry-run -n N %s <connect|initdestroy|bogus|plugin>\n", argv[0]);
+    fprintf(stderr, "usage: ferry-run -n N %s <connect|initdestroy|bogus|plugin|mismatch>\n",
+            argv[0]);
     return 2;
   }
   Ctx ctx;

@@ -1,13 +1,17 @@
 // A peer process killed in the middle of a transfer: the survivor's stream
 // must be released and the communicator must report an error, promptly and
 // without hanging. One process under ferry-run forks its peer itself (the
-// launcher would otherwise stop the run when the peer dies).
+// launcher would otherwise stop the run when the peer dies). With the
+// argument "net" the two processes are on different emulated hosts
+// (NCCL_HOSTID), so the transfer goes through the network engine and the
+// survivor learns of the death from its connection.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -22,7 +26,8 @@ namespace {
 constexpr size_t kBytes = size_t{256} << 20;
 
 // The child: joins, starts its half of the exchange, then dies abruptly.
-[[noreturn]] void child(const ncclUniqueId& id) {
+[[noreturn]] void child(const ncclUniqueId& id, bool net) {
+  if (net) setenv("NCCL_HOSTID", "ferry-kill-host-b", 1);
   ncclComm_t comm = nullptr;
   if (ncclFerrySetDevice(1) != ncclSuccess) _exit(3);  // one device per rank
   if (ncclCommInitRank(&comm, 2, id, 1) != ncclSuccess) _exit(3);
@@ -38,13 +43,15 @@ constexpr size_t kBytes = size_t{256} << 20;
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool net = argc > 1 && strcmp(argv[1], "net") == 0;
   unsetenv("NCCL_COMM_ID");
+  if (net) setenv("NCCL_HOSTID", "ferry-kill-host-a", 1);
   setenv("FERRY_RUNTIME", "host", 1);
   ncclUniqueId id;
   EXPECT_OK(ncclGetUniqueId(&id));
   pid_t pid = fork();
-  if (pid == 0) child(id);
+  if (pid == 0) child(id, net);
   ncclComm_t comm = nullptr;
   EXPECT_OK(ncclFerrySetDevice(0));
   EXPECT_OK(ncclCommInitRank(&comm, 2, id, 0));

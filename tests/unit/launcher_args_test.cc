@@ -177,6 +177,24 @@ TEST(LauncherPlan, GpuAssignmentRoundRobin) {
   }
 }
 
+// --hosts H: contiguous runs of ranks per emulated host (NCCL_HOSTID), and
+// bad counts refused.
+TEST(LauncherPlan, EmulatedHosts) {
+  HostFacts facts;
+  ParsedArgs p = parse({"-n", "6", "--hosts", "3", "--runtime", "host", "prog"});
+  ASSERT_EQ(p.action, Action::Run) << p.error;
+  EXPECT_EQ(p.options.hosts, 3);
+  for (int r = 0; r < 6; ++r) {
+    auto env = asMap(rankEnvironment(p.options, facts, r));
+    EXPECT_EQ(env["NCCL_HOSTID"], "ferry-run-host" + std::to_string(r / 2));
+  }
+  p = parse({"-n", "2", "prog"});
+  EXPECT_EQ(asMap(rankEnvironment(p.options, facts, 0)).count("NCCL_HOSTID"), 0u);
+  EXPECT_EQ(parse({"-n", "2", "--hosts", "3", "prog"}).action, Action::Error);
+  EXPECT_EQ(parse({"-n", "2", "--hosts", "0", "prog"}).action, Action::Error);
+  EXPECT_EQ(parse({"-n", "2", "--hosts=x", "prog"}).action, Action::Error);
+}
+
 TEST(LauncherPlan, CudaWithoutGpuFailsClearly) {
   HostFacts none;
   std::string why = checkPlan(parse({"-n", "2", "--runtime", "cuda", "p"}).options, none);

@@ -57,6 +57,12 @@ std::string applyValue(const std::string& name, const std::string& value, Option
     }
     return "";
   }
+  if (name == "--hosts") {
+    if (!parseRankCount(value, &opts->hosts) || opts->hosts < 1) {
+      return "invalid host count '" + value + "'";
+    }
+    return "";
+  }
   // --timeout
   if (!parseSeconds(value, &opts->timeoutSec)) return "invalid --timeout '" + value + "'";
   *timeoutGiven = true;
@@ -64,7 +70,8 @@ std::string applyValue(const std::string& name, const std::string& value, Option
 }
 
 bool takesValue(const std::string& name) {
-  return name == "-n" || name == "--nranks" || name == "--runtime" || name == "--timeout";
+  return name == "-n" || name == "--nranks" || name == "--runtime" || name == "--timeout" ||
+         name == "--hosts";
 }
 
 ParsedArgs fail(std::string message) {
@@ -125,6 +132,7 @@ ParsedArgs parseArgs(const std::vector<std::string>& args, double envTimeoutSec)
   }
   opts.command.assign(args.begin() + static_cast<long>(i), args.end());
   if (!nGiven) return fail("missing -n N");
+  if (opts.hosts > opts.nranks) return fail("--hosts is larger than the rank count");
   if (opts.command.empty()) return fail("no program given");
   if (!timeoutGiven) opts.timeoutSec = envTimeoutSec;
   parsed.action = Action::Run;
@@ -132,8 +140,8 @@ ParsedArgs parseArgs(const std::vector<std::string>& args, double envTimeoutSec)
 }
 
 std::string usageText() {
-  return "usage: ferry-run -n N [--runtime host|cuda] [--timeout S] [--isolate-gpus] prog "
-         "[args...]\n"
+  return "usage: ferry-run -n N [--runtime host|cuda] [--timeout S] [--isolate-gpus] "
+         "[--hosts H] prog [args...]\n"
          "       ferry-run --params | -h | --help\n"
          "\n"
          "Starts N local ranks of `prog` and relays their output, each line prefixed\n"
@@ -146,6 +154,9 @@ std::string usageText() {
          "  --timeout S      kill every rank after S seconds and exit 124\n"
          "                   (default: FERRY_RUN_TIMEOUT, else none)\n"
          "  --isolate-gpus   also set CUDA_VISIBLE_DEVICES to the rank's one GPU\n"
+         "  --hosts H        emulate H hosts: ranks split into H equal runs, each run's\n"
+         "                   NCCL_HOSTID=ferry-run-host<h>, so ranks of different runs\n"
+         "                   talk through the network engine (over loopback)\n"
          "  --params         print Ferry's knobs with their values and defaults\n"
          "  -h, --help       this text\n"
          "\n"

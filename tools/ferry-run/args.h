@@ -1,7 +1,8 @@
 // Command-line parsing for ferry-run, kept pure (no environment, no I/O) so the
 // unit tests can cover every accepted and rejected form.
 //
-//   ferry-run -n N [--runtime host|cuda] [--timeout S] [--isolate-gpus] prog args...
+//   ferry-run -n N [--runtime host|cuda] [--timeout S] [--isolate-gpus] [--hosts H]
+//             prog args...
 //   ferry-run --params | -h | --help
 //
 // Options come first; the first token that is not an option (or everything
@@ -20,6 +21,7 @@ struct Options {
   RuntimeChoice runtime = RuntimeChoice::Auto;
   double timeoutSec = 0;             // 0: no timeout
   bool isolateGpus = false;          // also set CUDA_VISIBLE_DEVICES=<gpu> per rank
+  int hosts = 0;                     // --hosts H: emulate H hosts (NCCL_HOSTID); 0: off
   std::vector<std::string> command;  // program and its arguments
 };
 

@@ -55,6 +55,12 @@ std::vector<EnvPair> rankEnvironment(const Options& opts, const HostFacts& facts
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", std::to_string(facts.masterPort)},
   };
+  if (opts.hosts > 0) {
+    // Contiguous runs of ranks per emulated host, as a launcher that
+    // fills each node in turn would place them.
+    const long host = static_cast<long>(rank) * opts.hosts / opts.nranks;
+    env.emplace_back("NCCL_HOSTID", "ferry-run-host" + std::to_string(host));
+  }
   if (opts.runtime == RuntimeChoice::Host) env.emplace_back("FERRY_RUNTIME", "host");
   if (opts.runtime == RuntimeChoice::Cuda) env.emplace_back("FERRY_RUNTIME", "cuda");
   if (usesGpus(opts, facts) && !facts.gpus.empty()) {

@@ -1,0 +1,214 @@
+// P2pEngine: sends and receives to and from peers on other hosts
+// (TransportId::Net). Protocol -- every GPU operation is submitted here, by
+// the user's thread inside the call (trap 22's rule); the proxy thread only
+// moves bytes between host memory and the network engine and writes host
+// words that the streams wait on (proxy/net_progress.h), so no pending
+// stream wait is ever released by work submitted later in this process:
+//   send of B bytes, message m, chunks [c0, c0 + n) of the connection:
+//     the connection's copy stream waits for the user's stream to reach
+//     the send (event), copies the bytes into a pinned staging block of the
+//     connection in pieces, writing `filled` = last chunk + 1 after each
+//     (stream writes are ordered after the copy); the user's stream waits
+//     for those copies only (event), never for the network or the peer.
+//     The proxy hands each filled chunk to the engine; the block is reused
+//     once the engine took all of it (`sent` > m). A send never waits for
+//     its receiver, so the lazy-loading hazard of trap 2 cannot arise.
+//   receive of B bytes: the copy stream waits for the user's stream to
+//     reach the receive (its buffer may be written from then on), then per
+//     group of chunks: waits until `arrived` covers the group (the proxy
+//     writes it from the CPU as chunks land in the FIFO), copies each chunk
+//     out of its FIFO slot into the user's buffer, writes `consumed` (the
+//     proxy reuses those slots then); the user's stream waits for the last
+//     copy (event).
+// Chunk size (FERRY_NET_CHUNK_BYTES) is an agreed knob: both sides cut a
+// message the same way. Sizes are checked by the receiving proxy (the last
+// chunk's trailer).
+#include <algorithm>
+#include <cstring>
+
+#include "enqueue/p2p_engine.h"
+
+namespace ferry {
+namespace {
+
+// Staging copies go in pieces of about this size (whole chunks): the
+// first chunks can travel while the rest is still being copied.
+constexpr uint64_t kStagePieceBytes = uint64_t{4} << 20;
+
+}  // namespace
+
+struct P2pEngine::NetTask {
+  size_t task = 0;    // index into the launch's tasks
+  size_t stream = 0;  // index into the launch's user streams
+  ConnectionBase* conn = nullptr;
+  NetOp op;
+};
+
+bool P2pEngine::isNet(const P2pTask& t) const {
+  const ConnectionBase* c = t.isSend ? static_cast<const ConnectionBase*>(state_.send[t.peer].get())
+                                     : state_.recv[t.peer].get();
+  return c != nullptr && c->transport == TransportId::Net;
+}
+
+Status P2pEngine::userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value) {
+  const bool legacy = runtime_->kind() == rt::RuntimeKind::Cuda &&
+                      (stream.nativeHandle() == nullptr ||
+                       stream.nativeHandle() == reinterpret_cast<void*>(uintptr_t{1}));
+  if (spinWait_ || legacy) return stream.waitValue64Spin(addr, value);
+  return stream.waitValue64(addr, value, rt::WaitCondition::Geq);
+}
+
+// Copies the send's bytes into its staging block, piece by piece, on the
+// connection's stream; `filled` follows each piece.
+Status P2pEngine::stageNetSend(const P2pTask& t, NetOp& op) {
+  rt::Stream& c = *op.conn->stream;
+  NetWords& words = op.conn->netBuffers->words();
+  // Pieces of 1, 2, 4, ... chunks up to kStagePieceBytes: the first chunk
+  // goes to the network early, later pieces cost fewer copies.
+  const uint64_t maxPiece = std::max<uint64_t>(kStagePieceBytes / netChunk_, 1) * netChunk_;
+  uint64_t piece = netChunk_;
+  for (uint64_t off = 0; off < t.bytes; off += piece, piece = std::min(piece * 2, maxPiece)) {
+    const uint64_t len = std::min(piece, t.bytes - off);
+    FERRY_CHECK(c.copyAsync(op.data + off, static_cast<const char*>(t.buffer) + off, len));
+    const uint64_t through = netChunks(off + len, netChunk_);
+    // Stream write: ordered after the copy; the proxy (acquire) then sends.
+    FERRY_CHECK(c.writeValue64(words.filled.raw(), op.firstChunk + through));
+  }
+  if (t.bytes == 0) FERRY_CHECK(c.writeValue64(words.filled.raw(), op.firstChunk + 1));
+  return ncclSuccess;
+}
+
+// Copies each chunk out of the FIFO once it has arrived, a group of chunks
+// per wait (1, 2, 4, ... up to a quarter of the FIFO: the first bytes move
+// early, later groups cost fewer waits); `consumed` frees the group's
+// slots for the proxy.
+Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
+  rt::Stream& c = *op.conn->stream;
+  NetWords& words = op.conn->netBuffers->words();
+  const uint64_t n = op.chunks();
+  const uint64_t maxGroup = std::max<uint64_t>(op.fifoChunks / 4, 1);
+  uint64_t group = 1;
+  for (uint64_t k = 0; k < n; k += group, group = std::min(group * 2, maxGroup)) {
+    const uint64_t end = std::min(n, k + group);
+    // Acquire (the wait): the proxy's release store of `arrived` follows
+    // the chunk's bytes in the FIFO.
+    FERRY_CHECK(userWaitAt(c, words.arrived.raw(), op.firstChunk + end));
+    for (uint64_t j = k; j < end && t.bytes > 0; ++j) {
+      const uint64_t slot = (op.firstChunk + j) % op.fifoChunks;
+      FERRY_CHECK(c.copyAsync(static_cast<char*>(t.buffer) + j * netChunk_,
+                              op.data + slot * netSlotStride(netChunk_), op.chunkSize(j)));
+    }
+    // Stream write: ordered after the copies out of those slots.
+    FERRY_CHECK(c.writeValue64(words.consumed.raw(), op.firstChunk + end));
+  }
+  return ncclSuccess;
+}
+
+// Phase 1, no side effect but memory: the messages' numbers, chunks and
+// host memory (a staging block per send, the FIFO per receive connection).
+Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq, NetOp* op) {
+  Status failed = conn->failed.load();
+  if (failed != ncclSuccess) {
+    FERRY_FAIL(failed, "%s peer %d (another host): the connection failed earlier: %s",
+               t.isSend ? "send to" : "receive from", t.peer, statusString(failed));
+  }
+  op->owner = this;
+  op->conn = conn;
+  op->bytes = t.bytes;
+  op->chunkBytes = netChunk_;
+  op->fifoChunks = netFifoChunks_;
+  op->asyncError = asyncError_;
+  op->timeoutNs = opTimeoutNs_;
+  if (!t.isSend) {
+    return conn->netBuffers->fifo(netSlotStride(netChunk_), netFifoChunks_, &op->data,
+                                  &op->mhandle);
+  }
+  FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, &op->data, &op->mhandle));
+  // The trailer (net_progress.h) goes right after the bytes; the block is
+  // free, so the CPU writes it now.
+  const uint64_t trailer = t.bytes ^ kNetTrailerMagic;
+  memcpy(op->data + t.bytes, &trailer, sizeof(trailer));
+  return ncclSuccess;
+}
+
+Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
+  std::vector<void*> handles;
+  Streams streams;
+  std::vector<NetTask> net(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const P2pTask& t = tasks[i];
+    net[i].task = i;
+    net[i].conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
+                           : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
+    // The number this message will get: earlier ones of this launch on the
+    // same connection come first.
+    uint64_t seq = net[i].conn->nextSeq;
+    for (size_t j = 0; j < i; ++j) seq += net[j].conn == net[i].conn;
+    FERRY_CHECK(streamFor(t.stream, handles, streams, &net[i].stream));
+    FERRY_CHECK(prepareNet(t, net[i].conn, seq, &net[i].op));
+  }
+  // Numbered only now: nothing below fails without failing the connection.
+  for (NetTask& n : net) {
+    n.op.seq = n.conn->nextSeq++;
+    n.op.firstChunk = n.conn->nextChunk;
+    n.conn->nextChunk += n.op.chunks();
+  }
+  // The proxy gets the messages before their stream work exists: it only
+  // acts on what the streams' words say, and a stream's queue may fill up
+  // (CUDA's and the host runtime's block the submitting thread then) until
+  // the proxy has moved some chunks.
+  std::vector<NetOp> ops;
+  for (NetTask& n : net) ops.push_back(n.op);
+  proxy_->postNet(std::move(ops));
+  Status s = submitNet(tasks, net, streams);
+  // The proxy fails the connection's ops when it sees `failed`.
+  if (!ok(s)) {
+    for (NetTask& n : net) failNetConnection(*n.conn, s);
+  }
+  FERRY_CHECK(s);
+  for (const P2pTask& t : tasks) countTask(t, false);
+  return ncclSuccess;
+}
+
+Status P2pEngine::submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTask>& net,
+                            Streams& streams) {
+  std::vector<std::shared_ptr<rt::Event>> starts(streams.size());
+  for (size_t s = 0; s < streams.size(); ++s) {
+    FERRY_CHECK(newEvent(&starts[s]));
+    FERRY_CHECK(starts[s]->record(*streams[s]));
+  }
+  for (NetTask& n : net) {
+    const P2pTask& t = tasks[n.task];
+    rt::Stream& c = *n.conn->stream;
+    FERRY_CHECK(c.waitEvent(*starts[n.stream]));
+    FERRY_CHECK(t.isSend ? stageNetSend(t, n.op) : drainNetRecv(t, n.op));
+    std::shared_ptr<rt::Event> copied;
+    FERRY_CHECK(newEvent(&copied));
+    FERRY_CHECK(copied->record(c));
+    FERRY_CHECK(streams[n.stream]->waitEvent(*copied));
+    FERRY_TRACE(
+        kLogP2p | kLogNet, "%s peer %d: message %llu (%llu bytes, chunks %llu..%llu) via %s",
+        t.isSend ? "send to" : "recv from", t.peer, static_cast<unsigned long long>(n.op.seq),
+        static_cast<unsigned long long>(t.bytes), static_cast<unsigned long long>(n.op.firstChunk),
+        static_cast<unsigned long long>(n.op.firstChunk + n.op.chunks() - 1),
+        transportName(TransportId::Net));
+  }
+  return ncclSuccess;
+}
+
+// A launch that failed after numbering its messages: the peer's matching
+// ones can never complete, so the connection fails on both sides (closing
+// the comm tells the peer), and this rank's stream waits are released.
+void P2pEngine::failNetConnection(ConnectionBase& conn, Status s) {
+  Status expected = ncclSuccess;
+  conn.failed.compare_exchange_strong(expected, s);
+  conn.net->closeComm();
+  // Release stores: only this rank's streams and staging wait on these.
+  NetWords& words = conn.netBuffers->words();
+  words.arrived.store(kReleased);
+  words.sent.store(kReleased);
+  expected = ncclSuccess;
+  asyncError_->compare_exchange_strong(expected, s, std::memory_order_release);
+}
+
+}  // namespace ferry

@@ -1,0 +1,116 @@
+// What the proxy thread does for point-to-point messages over the network
+// (TransportId::Net; the whole protocol is in enqueue/p2p_net.cc's header
+// comment). The user's thread has already submitted every GPU operation of
+// the message in its call; the proxy only moves bytes between the
+// connection's host memory and the network engine, and tells the streams
+// through host words (transport/net_buffers.h), which they wait on:
+//   send: chunk k goes to the engine (isend) once `filled` says the copy
+//     stream has staged it; once the engine has taken the whole message,
+//     `sent` = seq + 1 frees its staging block;
+//   receive: chunk k is received (irecv) into FIFO slot k % slots once
+//     `consumed` says the copy stream has emptied that slot; each chunk
+//     that lands advances `arrived` (after its size is checked).
+// A message's last chunk carries an 8-byte trailer after its bytes (the
+// message's size, scrambled with kNetTrailerMagic), so a receive whose send
+// has a different size fails with a clear error instead of taking another
+// message's bytes. Chunks of a connection go to the engine and complete in
+// chunk order,
+// message after message, which is how the engine matches them (in order
+// per comm) and how the counters stay monotonic.
+//
+// Failure (an engine error: the peer died or reset the connection; a size
+// mismatch; FERRY_P2P_TIMEOUT; abort): the connection fails for good, its
+// comm is closed (so the peer's requests fail too), and this rank's words
+// are released (kReleased) so its streams run on instead of waiting.
+//
+// Threading: proxy thread only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "transport/connection.h"
+
+namespace ferry {
+
+// The number of chunks a message of `bytes` takes (at least one: a
+// zero-byte message still travels, so that message counts stay matched).
+inline uint64_t netChunks(uint64_t bytes, uint64_t chunkBytes) {
+  return bytes == 0 ? 1 : (bytes + chunkBytes - 1) / chunkBytes;
+}
+
+constexpr uint64_t kNetTrailerBytes = 8;
+constexpr uint64_t kNetTrailerMagic = 0x4e6574466572726fULL;  // "NetFerro"
+// FIFO slot stride: a chunk, its possible trailer, and cache-line alignment.
+inline uint64_t netSlotStride(uint64_t chunkBytes) {
+  return chunkBytes + 64;
+}
+
+struct NetOp {
+  const void* owner = nullptr;  // the engine (detach)
+  ConnectionBase* conn = nullptr;
+  uint64_t seq = 0;         // message number on the connection
+  char* data = nullptr;     // send: its staging block; receive: the FIFO
+  void* mhandle = nullptr;  // data's registration on the comm
+  uint64_t bytes = 0;
+  uint64_t chunkBytes = 0;
+  uint64_t firstChunk = 0;                    // connection-wide number of the message's chunk 0
+  uint64_t fifoChunks = 0;                    // receive: FIFO slots
+  std::atomic<Status>* asyncError = nullptr;  // the communicator's
+  int64_t timeoutNs = 0;                      // FERRY_P2P_TIMEOUT; 0: none
+  int64_t postedNs = 0;
+
+  // Proxy state: chunks handed to the engine, and completed.
+  uint64_t posted = 0;
+  uint64_t done = 0;
+
+  uint64_t chunks() const { return netChunks(bytes, chunkBytes); }
+  bool last(uint64_t k) const { return k + 1 == chunks(); }
+  // Bytes of the message in chunk k, and what travels (the trailer too).
+  uint64_t chunkSize(uint64_t k) const { return last(k) ? bytes - k * chunkBytes : chunkBytes; }
+  uint64_t wireSize(uint64_t k) const { return chunkSize(k) + (last(k) ? kNetTrailerBytes : 0); }
+};
+
+class NetProgress {
+ public:
+  // `finished` is told each op that leaves (done, failed or dropped).
+  explicit NetProgress(std::function<void(const NetOp&)> finished)
+      : finished_(std::move(finished)) {}
+
+  void add(NetOp op);
+  // One pass over every connection: tests what is in flight, posts what may
+  // go, checks timeouts. Returns whether anything moved.
+  bool step(int64_t nowNs);
+  bool empty() const { return conns_.empty(); }
+  // Abort: fails every connection that carries a message of `owner`.
+  void dropOwner(const void* owner);
+  // Every op is failed and dropped (the proxy is stopping).
+  void dropAll();
+
+ private:
+  struct InFlight {
+    void* request = nullptr;
+    uint64_t chunk = 0;  // connection-wide chunk number
+  };
+  struct ConnState {
+    ConnectionBase* conn = nullptr;
+    std::deque<NetOp> ops;  // in message order; ops.front() completes next
+    std::deque<InFlight> requests;
+    size_t posting = 0;  // index in ops of the message whose chunks go next
+  };
+
+  [[nodiscard]] Status testRequests(ConnState& c, bool* moved);
+  [[nodiscard]] Status postChunks(ConnState& c, bool* moved);
+  [[nodiscard]] Status checkTimeout(const ConnState& c, int64_t nowNs);
+  void fail(ConnState& c, Status s, bool warn);
+
+  std::function<void(const NetOp&)> finished_;
+  std::vector<std::unique_ptr<ConnState>> conns_;
+};
+
+}  // namespace ferry

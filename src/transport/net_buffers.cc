@@ -1,0 +1,90 @@
+#include "transport/net_buffers.h"
+
+#include <cstring>
+#include <new>
+
+namespace ferry {
+
+NetBuffers::~NetBuffers() {
+  // Deregistered before the link closes its comm (the connection destroys
+  // its buffers first); the memory goes after its registration.
+  link_->deregMr(fifo_.mhandle);
+  for (Region& b : blocks_) link_->deregMr(b.mhandle);
+}
+
+Status NetBuffers::init() {
+  FERRY_CHECK(runtime_->allocHost(sizeof(NetWords), &wordMem_));
+  // The words are plain memory until now: construct the atomics in place.
+  words_ = new (wordMem_->ptr()) NetWords{};
+  words_->filled.store(0);
+  words_->sent.store(0);
+  words_->arrived.store(0);
+  words_->consumed.store(0);
+  return ncclSuccess;
+}
+
+Status NetBuffers::allocate(uint64_t bytes, Region* out) {
+  FERRY_CHECK(runtime_->allocHost(bytes, &out->mem));
+  Status s = link_->regMr(out->mem->ptr(), bytes, &out->mhandle);
+  if (!ok(s)) {
+    out->mem.reset();
+    FERRY_FAIL(s, "NET/%s: registering %llu bytes of host memory for a %s connection failed: %s",
+               link_->engine->name(), static_cast<unsigned long long>(bytes),
+               link_->isSend ? "send" : "receive", statusString(s));
+  }
+  return ncclSuccess;
+}
+
+Status NetBuffers::fifo(uint64_t chunkBytes, uint64_t chunks, char** data, void** mhandle) {
+  const uint64_t bytes = chunkBytes * chunks;
+  if (!fifo_.mem) {
+    FERRY_CHECK(allocate(bytes, &fifo_));
+    fifoBytes_ = bytes;
+    FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: receive FIFO of %llu x %llu bytes",
+               link_->engine->name(), static_cast<unsigned long long>(chunks),
+               static_cast<unsigned long long>(chunkBytes));
+  } else if (fifoBytes_ != bytes) {
+    FERRY_FAIL(ncclInternalError, "NET receive FIFO resized from %llu to %llu bytes",
+               static_cast<unsigned long long>(fifoBytes_), static_cast<unsigned long long>(bytes));
+  }
+  *data = static_cast<char*>(fifo_.mem->ptr());
+  *mhandle = fifo_.mhandle;
+  return ncclSuccess;
+}
+
+Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandle) {
+  // Acquire: the network is done reading a block once `sent` says so.
+  const uint64_t sent = words_->sent.load();
+  Region* best = nullptr;
+  for (Region& b : blocks_) {
+    bool free = b.busyUntil <= sent;
+    if (free && b.mem->size() >= bytes && (best == nullptr || b.mem->size() < best->mem->size())) {
+      best = &b;
+    }
+  }
+  if (best == nullptr) {
+    // Powers of two from 1 MiB to 64 MiB, then multiples of 64 MiB (plus
+    // a line for the trailer a message of exactly such a size adds):
+    // sizes recur, so blocks get reused, and a huge message does not
+    // double its pinned memory.
+    constexpr uint64_t kStep = uint64_t{64} << 20;
+    uint64_t size = uint64_t{1} << 20;
+    while (size < kStep && size + 64 < bytes) size <<= 1;
+    if (size + 64 < bytes) size = (bytes - 64 + kStep - 1) / kStep * kStep;
+    size += 64;
+    Region r;
+    FERRY_CHECK(allocate(size, &r));
+    stagingBytes_ += size;
+    FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: send staging grew by %llu bytes to %llu",
+               link_->engine->name(), static_cast<unsigned long long>(size),
+               static_cast<unsigned long long>(stagingBytes_));
+    blocks_.push_back(std::move(r));
+    best = &blocks_.back();
+  }
+  best->busyUntil = seq + 1;
+  *data = static_cast<char*>(best->mem->ptr());
+  *mhandle = best->mhandle;
+  return ncclSuccess;
+}
+
+}  // namespace ferry
