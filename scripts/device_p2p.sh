@@ -31,7 +31,7 @@ for s in $stages; do
   case $s in
   build)
     stage build
-    cmake -S "$src" -B $b -G Ninja -DFERRY_CUDA=ON -DFERRY_GTEST_SRC="$gtest" >"$out/cmake.log" 2>&1 &&
+    cmake -S "$src" -B $b -G Ninja -DFERRY_CUDA=ON ${KTYPES:+-DFERRY_KERNEL_TYPES=$KTYPES} -DFERRY_GTEST_SRC="$gtest" >"$out/cmake.log" 2>&1 &&
       timeout 300 ninja -C $b -j 30 ${FERRY_TARGETS:-} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
     ;;
   gpu)
