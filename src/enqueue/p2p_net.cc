@@ -177,7 +177,18 @@ Status P2pEngine::submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTa
     FERRY_CHECK(newEvent(&starts[s]));
     FERRY_CHECK(starts[s]->record(*streams[s]));
   }
-  for (NetTask& n : net) {
+  // Sends first: their stream work never waits for a peer, while a long
+  // receive's can fill its stream's queue (CUDA then blocks this thread
+  // until the peer's chunks arrive), and the peer's receive may need this
+  // group's sends.
+  std::vector<NetTask*> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (NetTask& n : net) {
+      if (tasks[n.task].isSend == (pass == 0)) order.push_back(&n);
+    }
+  }
+  for (NetTask* np : order) {
+    NetTask& n = *np;
     const P2pTask& t = tasks[n.task];
     rt::Stream& c = *n.conn->stream;
     FERRY_CHECK(c.waitEvent(*starts[n.stream]));
