@@ -72,10 +72,17 @@ Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
   const Params& params = comm->params();
   const bool kernelP2p = comm->topology().nHosts <= 1;
   bool allKernel = kernelP2p && params.getInt(ParamId::PassSm) == 0;
-  for (size_t i = 0; kernelP2p && !allKernel && i < tasks.size(); ++i) {
+  for (size_t i = 0; !allKernel && i < tasks.size(); ++i) {
     if (i > 0 && tasks[i].stream == tasks[i - 1].stream) continue;  // asked already
     bool capturing = false;
     FERRY_CHECK(comm->runtime()->isCapturing(tasks[i].stream, &capturing));
+    if (capturing && !kernelP2p) {
+      FERRY_FAIL(ncclInvalidUsage,
+                 "send/recv inside CUDA graph capture on a communicator spanning %d hosts: not "
+                 "supported yet (such a communicator has no kernel p2p, and the SM-free and "
+                 "network paths cannot be captured); issue it outside the capture",
+                 comm->topology().nHosts);
+    }
     if (capturing) {
       FERRY_INFO(kLogP2p,
                  "send/recv inside CUDA graph capture: using kernel p2p (the SM-free "

@@ -208,12 +208,13 @@ Status P2pEngine::submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTa
 }
 
 // A launch that failed after numbering its messages: the peer's matching
-// ones can never complete, so the connection fails on both sides (closing
-// the comm tells the peer), and this rank's stream waits are released.
+// ones can never complete, so the connection fails. The proxy, which sees
+// `failed` at its next pass over the connection's ops, closes the comm
+// (telling the peer; only the proxy closes a comm early: net_link.h), and
+// this rank's stream waits are released now and again by the proxy.
 void P2pEngine::failNetConnection(ConnectionBase& conn, Status s) {
   Status expected = ncclSuccess;
   conn.failed.compare_exchange_strong(expected, s);
-  conn.net->closeComm();
   // Release stores: only this rank's streams and staging wait on these.
   NetWords& words = conn.netBuffers->words();
   words.arrived.store(kReleased);
