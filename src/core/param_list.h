@@ -29,9 +29,6 @@
   X(NetChunkBytes, "FERRY_NET_CHUNK_BYTES", Int, "1M",                                          \
     "Point-to-point across hosts: messages travel in chunks of this size (4K..1G; every rank "   \
     "must set the same).")                                                                       \
-  X(NetFifoBytes, "FERRY_NET_FIFO_BYTES", Int, "16M",                                            \
-    "Point-to-point across hosts: pinned receive FIFO per peer connection, made on first use "   \
-    "(at least 2 chunks).")                                                                      \
   X(HostId, "NCCL_HOSTID", String, "",                                                            \
     "The host this rank believes it is on (default: the machine's own identity); ranks with "     \
     "different values use the network between them, so one machine can emulate several hosts.") \

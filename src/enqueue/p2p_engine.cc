@@ -60,7 +60,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
-  FERRY_CHECK(netSizes(*ctx.params, &e->netChunk_, &e->netFifoChunks_));
+  FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (NOTES.md trap 22).
   FERRY_CHECK(ctx.runtime->preloadKernels());
@@ -78,22 +78,14 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   return ncclSuccess;
 }
 
-// FERRY_NET_CHUNK_BYTES (an agreed knob: both sides cut messages alike)
-// and the receive FIFO's slots (FERRY_NET_FIFO_BYTES, at least 2 chunks).
-Status P2pEngine::netSizes(const Params& params, uint64_t* chunk, uint64_t* slots) {
+// FERRY_NET_CHUNK_BYTES (an agreed knob: both sides cut messages alike).
+Status P2pEngine::netChunkBytes(const Params& params, uint64_t* chunk) {
   const int64_t c = params.getInt(ParamId::NetChunkBytes);
-  const int64_t f = params.getInt(ParamId::NetFifoBytes);
   if (c < 4096 || c > (int64_t{1} << 30)) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_NET_CHUNK_BYTES=%lld is outside [4K, 1G]",
                static_cast<long long>(c));
   }
-  if (f < 2 * c) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "FERRY_NET_FIFO_BYTES=%lld holds fewer than 2 chunks of FERRY_NET_CHUNK_BYTES=%lld",
-               static_cast<long long>(f), static_cast<long long>(c));
-  }
   *chunk = static_cast<uint64_t>(c);
-  *slots = static_cast<uint64_t>(f / c);
   return ncclSuccess;
 }
 

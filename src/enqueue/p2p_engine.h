@@ -99,7 +99,7 @@ class P2pEngine {
   [[nodiscard]] Status drainNetRecv(const P2pTask& t, NetOp& op);
   void failNetConnection(ConnectionBase& conn, Status s);
   [[nodiscard]] Status userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value);
-  [[nodiscard]] static Status netSizes(const Params& params, uint64_t* chunk, uint64_t* slots);
+  [[nodiscard]] static Status netChunkBytes(const Params& params, uint64_t* chunk);
   [[nodiscard]] Status launchLocal(const std::vector<P2pTask>& tasks);
   [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks,
                                       const std::function<Status()>& afterPost);
@@ -148,7 +148,6 @@ class P2pEngine {
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
-  uint64_t netFifoChunks_ = 0;               // FERRY_NET_FIFO_BYTES / netChunk_
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections
   bool shutDown_ = false;

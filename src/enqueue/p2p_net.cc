@@ -13,13 +13,16 @@
 //     The proxy hands each filled chunk to the engine; the block is reused
 //     once the engine took all of it (`sent` > m). A send never waits for
 //     its receiver, so the lazy-loading hazard of trap 2 cannot arise.
-//   receive of B bytes: the copy stream waits for the user's stream to
+//   receive of B bytes: the proxy lands the chunks in a pinned staging
+//     block of the connection (one per message in flight, reused once
+//     `drained` passes it). The copy stream waits for the user's stream to
 //     reach the receive (its buffer may be written from then on), then per
-//     group of chunks: waits until `arrived` covers the group (the proxy
-//     writes it from the CPU as chunks land in the FIFO), copies each chunk
-//     out of its FIFO slot into the user's buffer, writes `consumed` (the
-//     proxy reuses those slots then); the user's stream waits for the last
-//     copy (event).
+//     group of chunks (1, 2, 4, ... up to an eighth of the message, so a
+//     message of any size is a few dozen stream operations: trap 29) waits
+//     until `arrived` covers the group (the proxy writes it from the CPU as
+//     chunks land) and copies the group into the user's buffer; after the
+//     last, it writes `drained`; the user's stream waits for the last copy
+//     (event).
 // Chunk size (FERRY_NET_CHUNK_BYTES) is an agreed knob: both sides cut a
 // message the same way. Sizes are checked by the receiving proxy (the last
 // chunk's trailer).
@@ -63,9 +66,12 @@ Status P2pEngine::userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value)
 Status P2pEngine::stageNetSend(const P2pTask& t, NetOp& op) {
   rt::Stream& c = *op.conn->stream;
   NetWords& words = op.conn->netBuffers->words();
-  // Pieces of 1, 2, 4, ... chunks up to kStagePieceBytes: the first chunk
-  // goes to the network early, later pieces cost fewer copies.
-  const uint64_t maxPiece = std::max<uint64_t>(kStagePieceBytes / netChunk_, 1) * netChunk_;
+  // Pieces of 1, 2, 4, ... chunks up to kStagePieceBytes or a sixteenth of
+  // the message: the first chunk goes to the network early, and a message
+  // of any size is a bounded number of stream operations (trap 29).
+  const uint64_t n = op.chunks();
+  const uint64_t maxPiece =
+      std::max({kStagePieceBytes / netChunk_, (n + 15) / 16, uint64_t{1}}) * netChunk_;
   uint64_t piece = netChunk_;
   for (uint64_t off = 0; off < t.bytes; off += piece, piece = std::min(piece * 2, maxPiece)) {
     const uint64_t len = std::min(piece, t.bytes - off);
@@ -78,34 +84,29 @@ Status P2pEngine::stageNetSend(const P2pTask& t, NetOp& op) {
   return ncclSuccess;
 }
 
-// Copies each chunk out of the FIFO once it has arrived, a group of chunks
-// per wait (1, 2, 4, ... up to a quarter of the FIFO: the first bytes move
-// early, later groups cost fewer waits); `consumed` frees the group's
-// slots for the proxy.
+// Copies the message out of its staging block a group of chunks at a time,
+// each group once it has arrived; then `drained` frees the block.
 Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
   rt::Stream& c = *op.conn->stream;
   NetWords& words = op.conn->netBuffers->words();
   const uint64_t n = op.chunks();
-  const uint64_t maxGroup = std::max<uint64_t>(op.fifoChunks / 4, 1);
+  const uint64_t maxGroup = std::max<uint64_t>((n + 7) / 8, 1);
   uint64_t group = 1;
   for (uint64_t k = 0; k < n; k += group, group = std::min(group * 2, maxGroup)) {
     const uint64_t end = std::min(n, k + group);
     // Acquire (the wait): the proxy's release store of `arrived` follows
-    // the chunk's bytes in the FIFO.
+    // the chunks' bytes in the block.
     FERRY_CHECK(userWaitAt(c, words.arrived.raw(), op.firstChunk + end));
-    for (uint64_t j = k; j < end && t.bytes > 0; ++j) {
-      const uint64_t slot = (op.firstChunk + j) % op.fifoChunks;
-      FERRY_CHECK(c.copyAsync(static_cast<char*>(t.buffer) + j * netChunk_,
-                              op.data + slot * netSlotStride(netChunk_), op.chunkSize(j)));
+    const uint64_t from = k * netChunk_, to = std::min(end * netChunk_, t.bytes);
+    if (to > from) {
+      FERRY_CHECK(c.copyAsync(static_cast<char*>(t.buffer) + from, op.data + from, to - from));
     }
-    // Stream write: ordered after the copies out of those slots.
-    FERRY_CHECK(c.writeValue64(words.consumed.raw(), op.firstChunk + end));
   }
-  return ncclSuccess;
+  // Stream write: ordered after every copy out of the block.
+  return c.writeValue64(words.drained.raw(), op.seq + 1);
 }
 
-// Phase 1, no side effect but memory: the messages' numbers, chunks and
-// host memory (a staging block per send, the FIFO per receive connection).
+// Phase 1, no side effect but memory: the message's staging block.
 Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq, NetOp* op) {
   Status failed = conn->failed.load();
   if (failed != ncclSuccess) {
@@ -116,14 +117,11 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   op->conn = conn;
   op->bytes = t.bytes;
   op->chunkBytes = netChunk_;
-  op->fifoChunks = netFifoChunks_;
   op->asyncError = asyncError_;
   op->timeoutNs = opTimeoutNs_;
-  if (!t.isSend) {
-    return conn->netBuffers->fifo(netSlotStride(netChunk_), netFifoChunks_, &op->data,
-                                  &op->mhandle);
-  }
-  FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, &op->data, &op->mhandle));
+  FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, &op->data, &op->mhandle,
+                                     &op->blockBytes));
+  if (!t.isSend) return ncclSuccess;
   // The trailer (net_progress.h) goes right after the bytes; the block is
   // free, so the CPU writes it now.
   const uint64_t trailer = t.bytes ^ kNetTrailerMagic;

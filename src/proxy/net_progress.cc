@@ -32,9 +32,8 @@ Status checkArrival(const ConnectionBase& conn, const NetOp& op, uint64_t chunk,
   uint64_t sentBytes = 0;
   bool match = size == op.wireSize(k);
   if (match && op.last(k)) {
-    const char* slot = op.data + (chunk % op.fifoChunks) * netSlotStride(op.chunkBytes);
     uint64_t trailer = 0;
-    memcpy(&trailer, slot + op.chunkSize(k), sizeof(trailer));
+    memcpy(&trailer, op.data + k * op.chunkBytes + op.chunkSize(k), sizeof(trailer));
     sentBytes = trailer ^ kNetTrailerMagic;
     match = sentBytes == op.bytes;
   }
@@ -82,6 +81,14 @@ Status NetProgress::testRequests(ConnState& c, bool* moved) {
     int done = 0;
     size_t size = 0;
     Status s = link.engine->test(f.request, &done, &size);
+    if (s == ncclInvalidUsage && !c.conn->isSend) {
+      // The engine's own truncation check: more bytes came than fit.
+      FERRY_FAIL(ncclInvalidUsage,
+                 "receive from peer %d of %llu bytes (message %llu) does not match the peer's "
+                 "send (a larger one: chunk %llu did not fit): sizes must be equal",
+                 c.conn->peer, static_cast<unsigned long long>(op.bytes),
+                 static_cast<unsigned long long>(op.seq), static_cast<unsigned long long>(op.done));
+    }
     if (!ok(s)) {
       FERRY_WARN("NET/%s: %s peer %d failed (message %llu, chunk %llu): %s", link.engine->name(),
                  direction(*c.conn), c.conn->peer, static_cast<unsigned long long>(op.seq),
@@ -120,14 +127,14 @@ Status NetProgress::postChunks(ConnState& c, bool* moved) {
       s = link.engine->isend(link.comm, op.data + op.posted * op.chunkBytes, op.wireSize(op.posted),
                              0, op.mhandle, &request);
     } else {
-      // Acquire: the copy stream has emptied slot chunk % slots.
-      if (words.consumed.load() + op.fifoChunks < chunk + 1) return ncclSuccess;
-      void* slot = op.data + (chunk % op.fifoChunks) * netSlotStride(op.chunkBytes);
-      // Room for a full chunk and a trailer: a send of another size then
-      // lands whole, and checkArrival names the difference.
-      size_t want = op.chunkBytes + kNetTrailerBytes;
+      void* at = op.data + op.posted * op.chunkBytes;
+      // Room for a full chunk and a trailer (inside the block): a send of
+      // another size then lands whole, and checkArrival names the
+      // difference; a chunk of the right size never touches its neighbour.
+      size_t want =
+          std::min(op.chunkBytes + kNetTrailerBytes, op.blockBytes - op.posted * op.chunkBytes);
       int tag = 0;
-      s = link.engine->irecv(link.comm, 1, &slot, &want, &tag, &op.mhandle, &request);
+      s = link.engine->irecv(link.comm, 1, &at, &want, &tag, &op.mhandle, &request);
     }
     if (!ok(s)) {
       FERRY_WARN("NET/%s: %s peer %d: posting chunk %llu of message %llu failed: %s",

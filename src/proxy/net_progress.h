@@ -7,9 +7,9 @@
 //   send: chunk k goes to the engine (isend) once `filled` says the copy
 //     stream has staged it; once the engine has taken the whole message,
 //     `sent` = seq + 1 frees its staging block;
-//   receive: chunk k is received (irecv) into FIFO slot k % slots once
-//     `consumed` says the copy stream has emptied that slot; each chunk
-//     that lands advances `arrived` (after its size is checked).
+//   receive: chunk k is received (irecv) into the message's staging block
+//     at k x chunk; each chunk that lands advances `arrived` (after its
+//     size is checked).
 // A message's last chunk carries an 8-byte trailer after its bytes (the
 // message's size, scrambled with kNetTrailerMagic), so a receive whose send
 // has a different size fails with a clear error instead of taking another
@@ -46,21 +46,17 @@ inline uint64_t netChunks(uint64_t bytes, uint64_t chunkBytes) {
 
 constexpr uint64_t kNetTrailerBytes = 8;
 constexpr uint64_t kNetTrailerMagic = 0x4e6574466572726fULL;  // "NetFerro"
-// FIFO slot stride: a chunk, its possible trailer, and cache-line alignment.
-inline uint64_t netSlotStride(uint64_t chunkBytes) {
-  return chunkBytes + 64;
-}
 
 struct NetOp {
   const void* owner = nullptr;  // the engine (detach)
   ConnectionBase* conn = nullptr;
   uint64_t seq = 0;         // message number on the connection
-  char* data = nullptr;     // send: its staging block; receive: the FIFO
+  char* data = nullptr;     // the message's staging block
+  uint64_t blockBytes = 0;  // its size (>= bytes + the trailer)
   void* mhandle = nullptr;  // data's registration on the comm
   uint64_t bytes = 0;
   uint64_t chunkBytes = 0;
   uint64_t firstChunk = 0;                    // connection-wide number of the message's chunk 0
-  uint64_t fifoChunks = 0;                    // receive: FIFO slots
   std::atomic<Status>* asyncError = nullptr;  // the communicator's
   int64_t timeoutNs = 0;                      // FERRY_P2P_TIMEOUT; 0: none
   int64_t postedNs = 0;

@@ -8,7 +8,6 @@ namespace ferry {
 NetBuffers::~NetBuffers() {
   // Deregistered before the link closes its comm (the connection destroys
   // its buffers first); the memory goes after its registration.
-  link_->deregMr(fifo_.mhandle);
   for (Region& b : blocks_) link_->deregMr(b.mhandle);
 }
 
@@ -19,7 +18,7 @@ Status NetBuffers::init() {
   words_->filled.store(0);
   words_->sent.store(0);
   words_->arrived.store(0);
-  words_->consumed.store(0);
+  words_->drained.store(0);
   return ncclSuccess;
 }
 
@@ -35,29 +34,13 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
   return ncclSuccess;
 }
 
-Status NetBuffers::fifo(uint64_t chunkBytes, uint64_t chunks, char** data, void** mhandle) {
-  const uint64_t bytes = chunkBytes * chunks;
-  if (!fifo_.mem) {
-    FERRY_CHECK(allocate(bytes, &fifo_));
-    fifoBytes_ = bytes;
-    FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: receive FIFO of %llu x %llu bytes",
-               link_->engine->name(), static_cast<unsigned long long>(chunks),
-               static_cast<unsigned long long>(chunkBytes));
-  } else if (fifoBytes_ != bytes) {
-    FERRY_FAIL(ncclInternalError, "NET receive FIFO resized from %llu to %llu bytes",
-               static_cast<unsigned long long>(fifoBytes_), static_cast<unsigned long long>(bytes));
-  }
-  *data = static_cast<char*>(fifo_.mem->ptr());
-  *mhandle = fifo_.mhandle;
-  return ncclSuccess;
-}
-
-Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandle) {
-  // Acquire: the network is done reading a block once `sent` says so.
-  const uint64_t sent = words_->sent.load();
+Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandle, uint64_t* size) {
+  // Acquire: the network (send) or the copy stream (receive) is done with
+  // a block once the word says so.
+  const uint64_t done = link_->isSend ? words_->sent.load() : words_->drained.load();
   Region* best = nullptr;
   for (Region& b : blocks_) {
-    bool free = b.busyUntil <= sent;
+    bool free = b.busyUntil <= done;
     if (free && b.mem->size() >= bytes && (best == nullptr || b.mem->size() < best->mem->size())) {
       best = &b;
     }
@@ -75,8 +58,9 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandl
     Region r;
     FERRY_CHECK(allocate(size, &r));
     stagingBytes_ += size;
-    FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: send staging grew by %llu bytes to %llu",
-               link_->engine->name(), static_cast<unsigned long long>(size),
+    FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: %s staging grew by %llu bytes to %llu",
+               link_->engine->name(), link_->isSend ? "send" : "receive",
+               static_cast<unsigned long long>(size),
                static_cast<unsigned long long>(stagingBytes_));
     blocks_.push_back(std::move(r));
     best = &blocks_.back();
@@ -84,6 +68,7 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandl
   best->busyUntil = seq + 1;
   *data = static_cast<char*>(best->mem->ptr());
   *mhandle = best->mhandle;
+  *size = best->mem->size();
   return ncclSuccess;
 }
 

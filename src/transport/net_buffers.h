@@ -3,15 +3,19 @@
 //   - NetWords: four counters the connection's copy stream, the user's
 //     thread and the proxy thread share (pinned, so streams read and write
 //     them);
-//   - a receiver's FIFO: `chunks` slots of `chunkBytes`, where the proxy
-//     lands what the network brings and the copy stream picks it up;
-//   - a sender's staging blocks: each send's bytes, copied out of the
-//     user's buffer, which the proxy hands to the network.
-// The FIFO and the blocks are registered with the engine on the
-// connection's comm (NetLink::regMr) before their first use.
+//   - staging blocks, one per message in flight: a send's bytes, copied
+//     out of the user's buffer, which the proxy hands to the network; a
+//     receive's bytes, which the proxy lands there and the copy stream
+//     copies into the user's buffer. A whole message per block keeps the
+//     stream work of a message short whatever its size (a handful of waits
+//     and copies: CUDA blocks the submitting thread when a stream's queue
+//     is full, NOTES.md trap 29), at the price of pinned memory as large
+//     as the messages in flight (blocks are reused).
+// Blocks are registered with the engine on the connection's comm
+// (NetLink::regMr) before their first use.
 //
-// Threading: take()/fifo() run on the thread that owns the communicator;
-// the proxy reads the words and writes `sent` / `arrived`.
+// Threading: take() runs on the thread that owns the communicator; the
+// proxy reads the words and writes `sent` / `arrived`.
 #pragma once
 
 #include <cstdint>
@@ -24,13 +28,13 @@
 
 namespace ferry {
 
-// Counters in units of chunks (filled, arrived, consumed) or messages
-// (sent), each monotonic over the life of the connection.
+// Counters in units of chunks (filled, arrived) or messages (sent,
+// drained), each monotonic over the life of the connection.
 struct NetWords {
-  CtrlWord filled;    // sender: chunks copied into staging (its copy stream writes)
-  CtrlWord sent;      // sender: messages the network took in full (proxy writes)
-  CtrlWord arrived;   // receiver: chunks landed in the FIFO (proxy writes)
-  CtrlWord consumed;  // receiver: chunks copied out of the FIFO (its copy stream writes)
+  CtrlWord filled;   // sender: chunks copied into staging (its copy stream writes)
+  CtrlWord sent;     // sender: messages the network took in full (proxy writes)
+  CtrlWord arrived;  // receiver: chunks landed in staging (proxy writes)
+  CtrlWord drained;  // receiver: messages copied out of staging (its copy stream writes)
 };
 
 class NetBuffers {
@@ -43,18 +47,19 @@ class NetBuffers {
   [[nodiscard]] Status init();  // allocates the words (zeroed)
   NetWords& words() const { return *words_; }
 
-  // Receiver: the FIFO, allocated and registered on first use.
-  [[nodiscard]] Status fifo(uint64_t chunkBytes, uint64_t chunks, char** data, void** mhandle);
-  // Sender: a registered block of >= bytes, free again once message
-  // `seq` is sent (words().sent > seq).
-  [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, char** data, void** mhandle);
+  // A registered block of >= bytes for message `seq`, free again once the
+  // message is done with it: sent (words().sent > seq) on a send
+  // connection, drained (words().drained > seq) on a receive connection.
+  // *size: the block's size.
+  [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, char** data, void** mhandle,
+                            uint64_t* size);
   uint64_t stagingBytes() const { return stagingBytes_; }
 
  private:
   struct Region {
     std::unique_ptr<rt::HostMemory> mem;
     void* mhandle = nullptr;
-    uint64_t busyUntil = 0;  // free once words().sent >= this
+    uint64_t busyUntil = 0;  // free once the connection's done word >= this
   };
   [[nodiscard]] Status allocate(uint64_t bytes, Region* out);
 
@@ -62,8 +67,6 @@ class NetBuffers {
   NetLink* link_;
   std::unique_ptr<rt::HostMemory> wordMem_;
   NetWords* words_ = nullptr;
-  Region fifo_;
-  uint64_t fifoBytes_ = 0;
   std::vector<Region> blocks_;
   uint64_t stagingBytes_ = 0;
 };

@@ -47,10 +47,12 @@ ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)
 ferry_net_p2p_test(net.p2p.timeout.2x1 2 1 timeout FERRY_P2P_TIMEOUT=2)
-# Tiny chunks and a 4-slot FIFO: many chunks per message, slots reused
-# many times within one message.
-ferry_net_p2p_test(net.p2p.stress.smallchunks.2x2 4 2 stress
-  "FERRY_NET_CHUNK_BYTES=4K;FERRY_NET_FIFO_BYTES=16K")
+# Tiny chunks: many chunks per message (and many groups per copy), so
+# staging blocks and in-flight limits are exercised at every size.
+ferry_net_p2p_test(net.p2p.stress.smallchunks.2x2 4 2 stress FERRY_NET_CHUNK_BYTES=4K)
+# Both ranks receive first, then send, in separate calls on two streams:
+# the receive call must not block its caller (trap 29).
+ferry_net_p2p_test(net.p2p.recvfirst.2x1 2 1 recvfirst FERRY_NET_CHUNK_BYTES=4K)
 # The test net plugin carries the bytes (8 requests per comm at most).
 ferry_net_p2p_test(net.p2p.alltoall.plugin.3x1 3 1 alltoall
   "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")

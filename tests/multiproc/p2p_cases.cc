@@ -197,6 +197,32 @@ void caseKernelTimeout(World& w) {
 // (a) rank 0: send on comm A / stream A, then recv on comm B / stream B;
 //     rank 1: send on B / stream B, then recv on A / stream A; each call its
 //     own group. Messages exceed the FIFO, so a send cannot finish early.
+// Both ranks receive first, then send, as separate calls on two streams
+// (legal with NCCL: the streams are independent). Each receive is large
+// enough that its stream work is long (many chunks across hosts); neither
+// call may block its caller until the peer's data arrives, or both ranks
+// would wait for sends that are never issued.
+void caseRecvFirst(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const int peer = w.rank ^ 1;
+  const size_t bytes = onCuda() ? (size_t{4} << 30) + 333 : (size_t{96} << 20) + 333;
+  Message out(w, 14, w.rank, peer, bytes, BufferKind::Plain);
+  Message in(w, 14, peer, w.rank, bytes, BufferKind::Plain);
+  out.fillAsSender();
+  in.poison();
+  cudaStream_t other = nullptr;
+  EXPECT_OK(ncclFerryStreamCreate(&other));
+  auto start = Clock::now();
+  EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  printf("receive call returned after %.3f s\n", secondsSince(start));
+  EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, peer, w.comm, other));
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  EXPECT_OK(ncclFerryStreamSynchronize(other));
+  printf("receive-first exchange of %zu bytes in %.3f s\n", bytes, secondsSince(start));
+  in.verify("receive first");
+  EXPECT_OK(ncclFerryStreamDestroy(other));
+}
+
 void caseUnbatched(World& w) {
   if (w.nranks % 2 != 0) return;
   const int peer = w.rank ^ 1;
@@ -489,6 +515,7 @@ int main(int argc, char** argv) {
       {"stress", caseStress},
       {"dtypes", caseDtypes},
       {"unbatched", caseUnbatched},
+      {"recvfirst", caseRecvFirst},
       {"mixes", caseMixes},
       {"large", caseLarge},
       {"abort", caseAbortInFlight},
