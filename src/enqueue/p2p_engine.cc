@@ -143,6 +143,10 @@ Status P2pEngine::userWait(rt::Stream& stream, CtrlMapping& ctrl, CtrlWord& word
       static_cast<size_t>(reinterpret_cast<char*>(&word) - reinterpret_cast<char*>(ctrl.ctrl)),
       static_cast<void*>(ctrl.ctrl), static_cast<unsigned long long>(value),
       static_cast<unsigned long long>(word.load()));
+  return userWaitAt(stream, addr, value);
+}
+
+Status P2pEngine::userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value) {
   // The legacy NULL stream synchronizes with every blocking stream: parked
   // in a wait-value it would stop their kernels too (trap 16), so it spins.
   const bool legacy = runtime_->kind() == rt::RuntimeKind::Cuda &&

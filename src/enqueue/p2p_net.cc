@@ -28,6 +28,7 @@
 // chunk's trailer).
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "enqueue/p2p_engine.h"
 
@@ -51,14 +52,6 @@ bool P2pEngine::isNet(const P2pTask& t) const {
   const ConnectionBase* c = t.isSend ? static_cast<const ConnectionBase*>(state_.send[t.peer].get())
                                      : state_.recv[t.peer].get();
   return c != nullptr && c->transport == TransportId::Net;
-}
-
-Status P2pEngine::userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value) {
-  const bool legacy = runtime_->kind() == rt::RuntimeKind::Cuda &&
-                      (stream.nativeHandle() == nullptr ||
-                       stream.nativeHandle() == reinterpret_cast<void*>(uintptr_t{1}));
-  if (spinWait_ || legacy) return stream.waitValue64Spin(addr, value);
-  return stream.waitValue64(addr, value, rt::WaitCondition::Geq);
 }
 
 // Copies the send's bytes into its staging block, piece by piece, on the
@@ -133,21 +126,22 @@ Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
   std::vector<void*> handles;
   Streams streams;
   std::vector<NetTask> net(tasks.size());
+  // Messages of this launch per connection so far: each one's number is
+  // the connection's next plus that count.
+  std::unordered_map<const ConnectionBase*, uint64_t> earlier;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const P2pTask& t = tasks[i];
     net[i].task = i;
     net[i].conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
                            : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
-    // The number this message will get: earlier ones of this launch on the
-    // same connection come first.
-    uint64_t seq = net[i].conn->nextSeq;
-    for (size_t j = 0; j < i; ++j) seq += net[j].conn == net[i].conn;
+    const uint64_t seq = net[i].conn->nextSeq + earlier[net[i].conn]++;
     FERRY_CHECK(streamFor(t.stream, handles, streams, &net[i].stream));
     FERRY_CHECK(prepareNet(t, net[i].conn, seq, &net[i].op));
+    net[i].op.seq = seq;
   }
-  // Numbered only now: nothing below fails without failing the connection.
+  // Committed only now: nothing below fails without failing the connection.
   for (NetTask& n : net) {
-    n.op.seq = n.conn->nextSeq++;
+    ++n.conn->nextSeq;
     n.op.firstChunk = n.conn->nextChunk;
     n.conn->nextChunk += n.op.chunks();
   }

@@ -302,9 +302,7 @@ void caseMixes(World& w) {
   const bool shm = p2pOff != nullptr && strcmp(p2pOff, "1") == 0;
   // Emulated hosts (FERRY_TEST_RANKS_PER_HOST): the network path always
   // stages, so a send to another host is never direct.
-  const char* perHost = getenv("FERRY_TEST_RANKS_PER_HOST");
-  const int k = perHost != nullptr ? atoi(perHost) : 0;
-  const bool net = k > 0 && next / k != w.rank / k;
+  const bool net = onOtherHost(w.rank, next);
   for (BufferKind sk : {BufferKind::Plain, BufferKind::Mapped}) {
     for (BufferKind rk : {BufferKind::Plain, BufferKind::Mapped}) {
       ++round;
@@ -511,20 +509,11 @@ void caseSelf(World& w) {
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(World&)>> cases = {
-      {"alltoall", caseAlltoall},
-      {"stress", caseStress},
-      {"dtypes", caseDtypes},
-      {"unbatched", caseUnbatched},
-      {"recvfirst", caseRecvFirst},
-      {"mixes", caseMixes},
-      {"large", caseLarge},
-      {"abort", caseAbortInFlight},
-      {"timeout", caseTimeout},
-      {"swap", caseSwap},
-      {"many", caseMany},
-      {"ktimeout", caseKernelTimeout},
-      {"self", caseSelf},
-      {"overwrite", caseOverwrite},
+      {"alltoall", caseAlltoall},   {"stress", caseStress},       {"dtypes", caseDtypes},
+      {"unbatched", caseUnbatched}, {"recvfirst", caseRecvFirst}, {"mixes", caseMixes},
+      {"large", caseLarge},         {"abort", caseAbortInFlight}, {"timeout", caseTimeout},
+      {"swap", caseSwap},           {"many", caseMany},           {"ktimeout", caseKernelTimeout},
+      {"self", caseSelf},           {"overwrite", caseOverwrite},
   };
   return runCase(argc, argv, cases);
 }

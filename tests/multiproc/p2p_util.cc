@@ -145,9 +145,7 @@ void caseTimeout(World& w) {
   // its stream once its bytes are staged, and the network takes what fits
   // in its buffers: the message must not fit (256 MiB over loopback TCP),
   // and the timeout shows as the communicator's async error only.
-  const char* perHost = getenv("FERRY_TEST_RANKS_PER_HOST");
-  const int k = perHost != nullptr ? atoi(perHost) : 0;
-  const bool net = k > 0 && (w.rank ^ 1) / k != w.rank / k;
+  const bool net = onOtherHost(w.rank, w.rank ^ 1);
   const size_t bytes = net ? size_t{256} << 20 : 1 << 20;
   Message out(w, 9100, w.rank, w.rank ^ 1, bytes, BufferKind::Plain);
   out.fillAsSender();
@@ -173,6 +171,16 @@ void caseTimeout(World& w) {
   }
 }
 
+int ranksPerTestHost() {
+  const char* k = getenv("FERRY_TEST_RANKS_PER_HOST");
+  return k != nullptr && atoi(k) > 0 ? atoi(k) : 0;
+}
+
+bool onOtherHost(int a, int b) {
+  const int k = ranksPerTestHost();
+  return k > 0 && a / k != b / k;
+}
+
 int runCase(int argc, char** argv,
             const std::map<std::string, std::function<void(World&)>>& cases) {
   if (argc != 2 || cases.count(argv[1]) == 0) {
@@ -185,11 +193,10 @@ int runCase(int argc, char** argv,
     fprintf(stderr, "%s\n", error.c_str());
     return 2;
   }
-  // FERRY_TEST_RANKS_PER_HOST=k (tests only): ranks emulate hosts of k
-  // ranks each (NCCL_HOSTID), so their peers on other "hosts" go through
-  // the network engine. Set before the first library call reads knobs.
-  if (const char* k = getenv("FERRY_TEST_RANKS_PER_HOST"); k != nullptr && atoi(k) > 0) {
-    const std::string host = "ferry-test-host" + std::to_string(env.rank / atoi(k));
+  // Emulated hosts (NCCL_HOSTID), so peers on other "hosts" go through the
+  // network engine. Set before the first library call reads knobs.
+  if (const int k = ranksPerTestHost(); k > 0) {
+    const std::string host = "ferry-test-host" + std::to_string(env.rank / k);
     setenv("NCCL_HOSTID", host.c_str(), 1);
   }
   int ndev = 0;

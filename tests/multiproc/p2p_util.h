@@ -41,6 +41,12 @@ struct Message {
   TestBuffer buf;
 };
 
+// FERRY_TEST_RANKS_PER_HOST=k (tests only): ranks emulate hosts of k ranks
+// each. Returns k (0: not set), and onOtherHost whether `a` and `b` are on
+// different emulated hosts.
+int ranksPerTestHost();
+bool onOtherHost(int a, int b);
+
 void gatherScatter(World& w, int root);
 void caseLarge(World& w);
 void caseAbortInFlight(World& w);
