@@ -41,6 +41,9 @@ Status apiGuard(const char* fn, F&& body) {
 [[nodiscard]] Status commFromHandle(ncclComm_t handle, const char* fn, Communicator** out);
 // Like commFromHandle, and also requires a finished, successful init.
 [[nodiscard]] Status readyComm(ncclComm_t handle, const char* fn, Communicator** out);
+// For management calls (revoke, shrink): init finished, any state after it
+// (failed or revoked included).
+[[nodiscard]] Status managedComm(ncclComm_t handle, const char* fn, Communicator** out);
 // Checks a user buffer of `bytes` (0: anything goes): non-NULL and memory
 // the runtime's copies and kernels can use; the WARN names `fn` and `what`.
 [[nodiscard]] Status checkBuffer(Communicator* comm, const void* buf, uint64_t bytes,

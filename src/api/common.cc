@@ -22,8 +22,27 @@ Status readyComm(ncclComm_t handle, const char* fn, Communicator** out) {
                fn);
   }
   if (s != ncclSuccess) {
-    FERRY_WARN("%s: communicator is in error state: %s", fn, statusString(s));
+    const std::string why = (*out)->failure();
+    FERRY_WARN("%s: communicator is in error state: %s%s%s", fn, statusString(s),
+               why.empty() ? "" : ": ", why.c_str());
     return s;
+  }
+  if ((*out)->revoked()) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "%s: the communicator was revoked (ncclCommRevoke): only ncclCommDestroy, "
+               "ncclCommAbort, ncclCommSplit and ncclCommShrink are accepted",
+               fn);
+  }
+  return ncclSuccess;
+}
+
+Status managedComm(ncclComm_t handle, const char* fn, Communicator** out) {
+  FERRY_CHECK(commFromHandle(handle, fn, out));
+  if ((*out)->asyncError() == ncclInProgress) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "%s: communicator is still initializing; poll ncclCommGetAsyncError until it "
+               "returns ncclSuccess",
+               fn);
   }
   return ncclSuccess;
 }

@@ -1,24 +1,17 @@
-// Communicator creation and teardown: ncclGetUniqueId, ncclCommInitRank*,
-// ncclCommInitAll, ncclCommSplit, ncclCommFinalize/Destroy/Abort.
+// Communicator creation and teardown: ncclGetUniqueId, ncclCommInitRank*
+// (Scalable too), ncclCommInitAll, ncclCommSplit, ncclCommFinalize/Destroy/
+// Abort. Shrink and Revoke: shrink.cc.
 #include <algorithm>
 #include <vector>
 
 #include "api/api.h"
+#include "api/init_common.h"
 #include "comm/group.h"
 #include "runtime/device_scope.h"
 
 using namespace ferry;
 
-namespace {
-
-// Everything a new rank needs that is read from the calling thread: the param
-// snapshot, the resolved config, the runtime and its current device.
-struct InitContext {
-  Params params;
-  CommConfig config;
-  rt::Runtime* runtime = nullptr;
-  int device = -1;
-};
+namespace ferry {
 
 Status makeContext(const ncclConfig_t* userConfig, const CommConfig* inherited, InitContext* out) {
   out->params = Params::load();
@@ -38,7 +31,6 @@ Status checkRankArgs(ncclComm_t* comm, int nranks, int rank, const char* fn) {
   return ncclSuccess;
 }
 
-// Creates the communicator, publishes its handle, and runs (or defers) init.
 Status createAndInit(ncclComm_t* out, InitContext ctx, int nranks, int rank,
                      std::function<Status(Communicator*)> initJob) {
   auto* handle = new ncclComm();
@@ -55,18 +47,6 @@ Status createAndInit(ncclComm_t* out, InitContext ctx, int nranks, int rank,
   return groupSubmit(std::move(job));
 }
 
-Status initRank(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank,
-                const ncclConfig_t* config, const char* fn) {
-  FERRY_CHECK(checkRankArgs(comm, nranks, rank, fn));
-  InitContext ctx;
-  FERRY_CHECK(makeContext(config, nullptr, &ctx));
-  return createAndInit(comm, std::move(ctx), nranks, rank,
-                       [id](Communicator* c) { return c->runInit(id); });
-}
-
-// A unique id with its own root thread. NCCL_COMM_ID names the address of the
-// user's world communicator only: communicators Ferry makes internally (split,
-// InitAll) must not reuse it.
 Status freshUniqueId(const Params& params, ncclUniqueId* id) {
   boot::BootstrapOptions opts = boot::BootstrapOptions::fromParams(params);
   opts.commId.clear();
@@ -76,6 +56,34 @@ Status freshUniqueId(const Params& params, ncclUniqueId* id) {
 void destroyHandle(ncclComm_t handle) {
   handle->magic = 0;  // later use of the stale pointer is caught by commFromHandle when possible
   delete handle;
+}
+
+}  // namespace ferry
+
+namespace {
+
+Status initRank(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank,
+                const ncclConfig_t* config, const char* fn) {
+  FERRY_CHECK(checkRankArgs(comm, nranks, rank, fn));
+  InitContext ctx;
+  FERRY_CHECK(makeContext(config, nullptr, &ctx));
+  return createAndInit(comm, std::move(ctx), nranks, rank,
+                       [id](Communicator* c) { return c->runInit({id}); });
+}
+
+Status initScalable(ncclComm_t* comm, int nranks, int rank, int nId, const ncclUniqueId* ids,
+                    const ncclConfig_t* config) {
+  const char* fn = "ncclCommInitRankScalable";
+  FERRY_CHECK(checkRankArgs(comm, nranks, rank, fn));
+  if (ids == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: commIds is NULL", fn);
+  if (nId < 1 || nId > nranks) {
+    FERRY_FAIL(ncclInvalidArgument, "%s: nId = %d must be in [1, nranks = %d]", fn, nId, nranks);
+  }
+  InitContext ctx;
+  FERRY_CHECK(makeContext(config, nullptr, &ctx));
+  std::vector<ncclUniqueId> all(ids, ids + nId);
+  return createAndInit(comm, std::move(ctx), nranks, rank,
+                       [all](Communicator* c) { return c->runInit(all); });
 }
 
 }  // namespace
@@ -106,6 +114,17 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nra
 }
 FERRY_PNCCL_ALIAS(ncclResult_t, ncclCommInitRank,
                   (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks,
+                                                               int myrank, int nId,
+                                                               ncclUniqueId* commIds,
+                                                               ncclConfig_t* config) {
+  return apiGuard(__func__,
+                  [&]() { return initScalable(newcomm, nranks, myrank, nId, commIds, config); });
+}
+FERRY_PNCCL_ALIAS(ncclResult_t, ncclCommInitRankScalable,
+                  (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                   ncclConfig_t* config))
 
 namespace {
 
@@ -162,7 +181,10 @@ struct SplitEntry {
 // makes a unique id and sends it to the others over the parent's bootstrap.
 Status split(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   Communicator* parent = nullptr;
-  FERRY_CHECK(readyComm(comm, "ncclCommSplit", &parent));
+  // A revoked parent may be split (that is what revoking is for); a failed
+  // one reports its error.
+  FERRY_CHECK(managedComm(comm, "ncclCommSplit", &parent));
+  if (parent->asyncError() != ncclSuccess) FERRY_CHECK(readyComm(comm, "ncclCommSplit", &parent));
   if (newcomm == nullptr) FERRY_FAIL(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
     FERRY_FAIL(ncclInvalidArgument, "ncclCommSplit: color = %d must be >= 0 or NCCL_SPLIT_NOCOLOR",
@@ -201,7 +223,7 @@ Status split(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfi
   FERRY_INFO(kLogInit, "ncclCommSplit: color %d key %d -> rank %d of %d", color, key, newRank,
              static_cast<int>(members.size()));
   return createAndInit(newcomm, std::move(ctx), static_cast<int>(members.size()), newRank,
-                       [id](Communicator* c) { return c->runInit(id); });
+                       [id](Communicator* c) { return c->runInit({id}); });
 }
 
 }  // namespace

@@ -11,17 +11,9 @@ using namespace ferry;
   }                                                                    \
   FERRY_PNCCL_ALIAS(ret, name, params)
 
-FERRY_PENDING(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
-FERRY_PENDING(ncclResult_t, ncclCommShrink,
-              (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
-               ncclConfig_t* config, int shrinkFlags))
-FERRY_PENDING(ncclResult_t, ncclCommInitRankScalable,
-              (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
-               ncclConfig_t* config))
 FERRY_PENDING(ncclResult_t, ncclCommWindowRegister,
               (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
 FERRY_PENDING(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
-FERRY_PENDING(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))
 
 // NCCL's device API (nccl_device.h) entry points that PyTorch links. Ferry has
 // no device-side API; the types are opaque here, the C ABI only needs pointers.

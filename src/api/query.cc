@@ -26,6 +26,12 @@ extern "C" FERRY_VISIBLE const char* ncclGetLastError(ncclComm_t comm) {
   thread_local std::string last;
   try {
     last = lastWarning();
+    // A communicator that failed because a peer died answers with that
+    // cause (naming the peer), whatever other WARN came since.
+    if (comm != nullptr && comm->magic == ncclComm::kMagic && comm->impl) {
+      std::string why = comm->impl->failure();
+      if (!why.empty()) last = "communicator failed: " + why;
+    }
   } catch (...) {
     last.clear();
   }
@@ -97,3 +103,29 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclGroupEnd(void) {
   return apiGuard(__func__, []() { return groupEnd(); });
 }
 FERRY_PNCCL_ALIAS(ncclResult_t, ncclGroupEnd, (void))
+
+namespace {
+
+constexpr unsigned kSimInfoMagic = 0x74685283;  // NCCL_SIM_INFO_INITIALIZER's
+
+Status simulateEnd(ncclSimInfo_t* info) {
+  const char* fn = "ncclGroupSimulateEnd";
+  if (info == nullptr) FERRY_FAIL(ncclInvalidArgument, "%s: simInfo is NULL", fn);
+  if (info->magic != kSimInfoMagic || info->size < sizeof(ncclSimInfo_t)) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "%s: simInfo is not initialized (assign NCCL_SIM_INFO_INITIALIZER first; magic "
+               "0x%x, size %zu)",
+               fn, info->magic, info->size);
+  }
+  float us = 0;
+  Status s = groupSimulateEnd(&us);
+  if (s == ncclSuccess || s == ncclInProgress) info->estimatedTime = us;
+  return s;
+}
+
+}  // namespace
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return apiGuard(__func__, [&]() { return simulateEnd(simInfo); });
+}
+FERRY_PNCCL_ALIAS(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "bootstrap/socket.h"
 #include "core/params.h"
 #include "core/status.h"
 
@@ -59,9 +60,18 @@ class Bootstrap {
   [[nodiscard]] static Status create(const ncclUniqueId& id, int rank, int nranks,
                                      const BootstrapOptions& options,
                                      std::unique_ptr<Bootstrap>* out);
+  // ncclCommInitRankScalable: `nId` ids (1..nranks, the same on every rank,
+  // in the same order), root k serving ranks [k*nranks/nId, (k+1)*nranks/nId).
+  // Identical ids count as one.
+  [[nodiscard]] static Status createScalable(const ncclUniqueId* ids, int nId, int rank, int nranks,
+                                             const BootstrapOptions& options,
+                                             std::unique_ptr<Bootstrap>* out);
 
   virtual int rank() const = 0;
   virtual int nranks() const = 0;
+  // This rank's listen address: its IP is the interface the bootstrap chose
+  // (NCCL_SOCKET_IFNAME), which other side channels reuse.
+  virtual const SocketAddress& listenAddress() const = 0;
 
   // data holds nranks slots of `bytesPerRank`; this rank's slot is filled on
   // entry, every slot on return. Collective.

@@ -48,7 +48,7 @@ class RingBootstrap final : public Bootstrap {
   Status barrier() override;
 
   // Used by Bootstrap::create.
-  const SocketAddress& listenAddress() const { return listenAddr_; }
+  const SocketAddress& listenAddress() const override { return listenAddr_; }
   void setPeerAddress(int peer, const SocketAddress& addr) { peerAddrs_[peer] = addr; }
   // Ring all-gather of every rank's listen address (needs the successor's).
   [[nodiscard]] Status exchangeAddresses(const WaitContext& wait);

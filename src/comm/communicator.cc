@@ -22,6 +22,7 @@ Communicator::~Communicator() {
   // Streams, events and memory are released with this rank's device
   // current (the destroying thread may be driving another device).
   rt::DeviceScope device(runtime_, device_);
+  liveness_.reset();  // goodbye to the neighbours; no callback after this
   abort();
   joinInit();
   (void)shutdownColl(true);
@@ -30,14 +31,14 @@ Communicator::~Communicator() {
   p2p_.reset();
 }
 
-Status Communicator::runInit(const ncclUniqueId& id) {
+Status Communicator::runInit(const std::vector<ncclUniqueId>& ids) {
   LogRankScope scope(rank_);
   // Init may run on the caller's thread (blocking) or a group/init thread:
   // bind it to the rank's device, and give a caller its own device back.
   rt::DeviceScope device(runtime_, device_);
   auto start = std::chrono::steady_clock::now();
   const std::string warnedBefore = lastWarning();
-  Status s = device.status() != ncclSuccess ? device.status() : initSteps(id);
+  Status s = device.status() != ncclSuccess ? device.status() : initSteps(ids);
   if (s == ncclSuccess) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -55,6 +56,9 @@ Status Communicator::runInit(const ncclUniqueId& id) {
 }
 
 void Communicator::publishInitResult(Status s) {
+  // A peer that died between the liveness ring's start and here failed the
+  // communicator already (peerFailed could not change ncclInProgress).
+  if (s == ncclSuccess && !failure().empty()) s = ncclRemoteError;
   // Release: everything init wrote (topology, bootstrap) is visible to any
   // thread that acquires asyncError_ and sees the final value.
   asyncError_.store(s, std::memory_order_release);
@@ -65,13 +69,18 @@ void Communicator::publishInitResult(Status s) {
   initCv_.notify_all();
 }
 
-Status Communicator::initSteps(const ncclUniqueId& id) {
+Status Communicator::initSteps(const std::vector<ncclUniqueId>& ids) {
+  if (ids.empty()) FERRY_FAIL(ncclInternalError, "communicator init without a unique id");
+  // Every rank holds the same ids in the same order: the first names the
+  // communicator (its connections' key).
+  const ncclUniqueId& id = ids[0];
   std::string busId;
   FERRY_CHECK(runtime_->pciBusId(device_, &busId));
 
   boot::BootstrapOptions opts = boot::BootstrapOptions::fromParams(params_);
   opts.abortFlag = &abortFlag_;
-  FERRY_CHECK(boot::Bootstrap::create(id, rank_, nranks_, opts, &bootstrap_));
+  FERRY_CHECK(boot::Bootstrap::createScalable(ids.data(), static_cast<int>(ids.size()), rank_,
+                                              nranks_, opts, &bootstrap_));
 
   std::vector<PeerInfo> peers(nranks_);
   FERRY_CHECK(fillLocalPeerInfo(rank_, device_, static_cast<int>(runtime_->kind()), busId,
@@ -83,6 +92,7 @@ Status Communicator::initSteps(const ncclUniqueId& id) {
   FERRY_INFO(kLogInit, "runtime %s, %s", rt::runtimeKindName(runtime_->kind()),
              describeTopology(topology_).c_str());
   FERRY_CHECK(initP2p(id));
+  FERRY_CHECK(startLiveness(fnv1a(id.internal, sizeof(id.internal))));
   // Nobody leaves init before everyone has validated the peer table, so a
   // rank that rejects it (duplicate device ...) fails the others' init too
   // instead of leaving them with a communicator nobody else has.
@@ -129,6 +139,64 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   }
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
   return CollEngine::create(ctx, &coll_);
+}
+
+Status Communicator::startLiveness(uint64_t commKey) {
+  if (params_.getInt(ParamId::Liveness) == 0) return ncclSuccess;
+  LivenessOptions o;
+  o.rank = rank_;
+  o.nranks = nranks_;
+  o.commKey = commKey;
+  o.setupTimeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
+  o.abortFlag = &abortFlag_;
+  int64_t silence = params_.getInt(ParamId::PeerTimeout);
+  if (silence > 0 && silence < 2) {
+    FERRY_WARN("FERRY_PEER_TIMEOUT=%lld is below 2 s (two heartbeats): using 2",
+               static_cast<long long>(silence));
+    silence = 2;
+  }
+  o.silenceMs = silence > 0 ? silence * 1000 : 0;
+  o.onDead = [this](int peer, const std::string& why) { peerFailed(peer, why); };
+  return LivenessRing::create(bootstrap_.get(), bootstrap_->listenAddress(), std::move(o),
+                              &liveness_);
+}
+
+std::string Communicator::failure() const {
+  std::lock_guard<std::mutex> lock(failureMu_);
+  return failure_;
+}
+
+void Communicator::peerFailed(int peer, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(failureMu_);
+    if (failure_.empty()) {
+      failure_ = "peer rank " + std::to_string(peer) + " of " + std::to_string(nranks_) +
+                 " is gone (" + why + ")";
+    }
+  }
+  Status expected = ncclSuccess;
+  // Release: a thread that reads the async error (acquire) sees failure_.
+  if (asyncError_.compare_exchange_strong(expected, ncclRemoteError, std::memory_order_release)) {
+    FERRY_WARN(
+        "comm %p rank %d: peer rank %d is gone: %s. Every operation of this communicator "
+        "fails with ncclRemoteError; abort it (ncclCommAbort) or shrink it (ncclCommShrink)",
+        static_cast<void*>(this), rank_, peer, why.c_str());
+  }
+  // Kernels stop at their next wait; SM-free messages fail and release the
+  // waits of this rank's streams. Both return at once.
+  if (coll_) coll_->abortKernels();
+  if (p2p_) p2p_->failAll();
+}
+
+Status Communicator::revoke() {
+  if (revoked_.exchange(true, std::memory_order_acq_rel)) return ncclSuccess;
+  FERRY_INFO(kLogInit, "comm %p rank %d: revoked; stopping operations in flight",
+             static_cast<void*>(this), rank_);
+  if (coll_) coll_->abortKernels();
+  if (p2p_) p2p_->failAll();
+  Status c = shutdownColl(true);
+  Status p = shutdownP2p(true);
+  return c != ncclSuccess ? c : p;
 }
 
 Status Communicator::shutdownP2p(bool abort) {

@@ -24,6 +24,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll/coll_engine.h"
+#include "comm/liveness.h"
 #include "comm/config.h"
 #include "enqueue/p2p_engine.h"
 #include "core/params.h"
@@ -46,7 +47,9 @@ class Communicator {
   //
   // Runs the collective init (bootstrap, peer exchange, topology). Stores the
   // outcome as the async error and signals waiters. Called once.
-  [[nodiscard]] Status runInit(const ncclUniqueId& id);
+  // `ids`: one unique id, or several (ncclCommInitRankScalable: each root
+  // serves a slice of the ranks).
+  [[nodiscard]] Status runInit(const std::vector<ncclUniqueId>& ids);
   // Runs `job` (which must end in runInit or failInit) on an owned thread,
   // for non-blocking communicators.
   void startInitThread(std::function<void()> job);
@@ -64,7 +67,20 @@ class Communicator {
 
   // ncclInProgress while init runs, then its result (or a later async error).
   Status asyncError() const { return asyncError_.load(std::memory_order_acquire); }
+  // Why the communicator failed after init, when a peer died ("" otherwise).
+  std::string failure() const;
+  // A peer is dead (the liveness monitor's thread): fails the communicator
+  // with ncclRemoteError (first cause wins), stops its kernels and fails its
+  // SM-free messages, so that no wait of this rank hangs on the dead peer.
+  // The communicator stays abortable (and shrinkable).
+  void peerFailed(int peer, const std::string& why);
   bool ready() const { return asyncError() == ncclSuccess; }
+
+  // ncclCommRevoke: stops every operation in flight (kernels abort, SM-free
+  // messages fail) and waits until they have; afterwards only destroy,
+  // abort, split and shrink are accepted. Any later call is a no-op.
+  [[nodiscard]] Status revoke();
+  bool revoked() const { return revoked_.load(std::memory_order_acquire); }
 
   // Marks the communicator finalized (no more operations accepted).
   [[nodiscard]] Status finalize();
@@ -90,9 +106,10 @@ class Communicator {
   uint64_t nextSplitTag() { return splitCount_++; }
 
  private:
-  [[nodiscard]] Status initSteps(const ncclUniqueId& id);
+  [[nodiscard]] Status initSteps(const std::vector<ncclUniqueId>& ids);
   [[nodiscard]] Status initP2p(const ncclUniqueId& id);
   [[nodiscard]] Status enableSameProcessPeers();
+  [[nodiscard]] Status startLiveness(uint64_t commKey);
   void publishInitResult(Status s);
 
   const Params params_;
@@ -105,6 +122,9 @@ class Communicator {
   Topology topology_;
   std::unique_ptr<P2pEngine> p2p_;
   std::unique_ptr<CollEngine> coll_;
+  // Declared last of the engines: destroyed first, so no callback of its
+  // monitor thread can reach an engine being torn down.
+  std::unique_ptr<LivenessRing> liveness_;
   bool finalized_ = false;
   uint64_t splitCount_ = 0;
 
@@ -112,6 +132,11 @@ class Communicator {
   std::atomic<Status> asyncError_{ncclInProgress};
   // Set (release) by abort() from any thread; read (acquire) by every wait.
   std::atomic<bool> abortFlag_{false};
+  // Set (release) by revoke(); read (acquire) by the API before new work.
+  std::atomic<bool> revoked_{false};
+
+  mutable std::mutex failureMu_;
+  std::string failure_;  // guarded by failureMu_
 
   std::mutex initMu_;
   std::condition_variable initCv_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/cost_model.h"
 #include "runtime/device_scope.h"
 
 namespace ferry {
@@ -115,6 +116,64 @@ Status groupStart() {
   return ncclSuccess;
 }
 
+namespace {
+
+// Runs the group's deferred inits: blocking ones here, concurrently; the
+// others on their communicators' threads (*anyBackground).
+Status runJobs(std::vector<GroupJob> jobs, bool* anyBackground) {
+  std::vector<GroupJob> blocking;
+  for (GroupJob& job : jobs) {
+    if (job.blocking) {
+      blocking.push_back(std::move(job));
+    } else {
+      startInBackground(job);
+      *anyBackground = true;
+    }
+  }
+  return blocking.empty() ? ncclSuccess : runConcurrently(blocking);
+}
+
+// Estimated microseconds of the group's work: its slowest communicator.
+double estimateUs(const std::vector<std::pair<Communicator*, std::vector<CollTask>>>& coll,
+                  const std::vector<std::pair<Communicator*, std::vector<P2pTask>>>& p2p) {
+  std::vector<Communicator*> comms;
+  for (auto& e : coll) comms.push_back(e.first);
+  for (auto& e : p2p) {
+    if (std::find(comms.begin(), comms.end(), e.first) == comms.end()) comms.push_back(e.first);
+  }
+  const std::vector<CollTask> noColl;
+  const std::vector<P2pTask> noP2p;
+  double slowest = 0;
+  for (Communicator* c : comms) {
+    auto ci = std::find_if(coll.begin(), coll.end(), [c](const auto& e) { return e.first == c; });
+    auto pi = std::find_if(p2p.begin(), p2p.end(), [c](const auto& e) { return e.first == c; });
+    double us = estimateGroupUs(c->topology(), c->runtime()->kind() == rt::RuntimeKind::Host,
+                                ci != coll.end() ? ci->second : noColl,
+                                pi != p2p.end() ? pi->second : noP2p);
+    slowest = std::max(slowest, us);
+  }
+  return slowest;
+}
+
+}  // namespace
+
+Status groupSimulateEnd(float* estimatedUs) {
+  GroupState& g = tlsGroup;
+  if (g.depth == 0) {
+    FERRY_FAIL(ncclInvalidUsage, "ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  }
+  *estimatedUs = 0;
+  if (--g.depth > 0) return ncclSuccess;
+  *estimatedUs = static_cast<float>(estimateUs(g.coll, g.p2p));
+  g.p2p.clear();  // simulated: never launched
+  g.coll.clear();
+  std::vector<GroupJob> jobs = std::move(g.jobs);
+  g.jobs.clear();
+  bool anyBackground = false;
+  FERRY_CHECK(runJobs(std::move(jobs), &anyBackground));
+  return anyBackground ? ncclInProgress : ncclSuccess;
+}
+
 Status groupEnd() {
   GroupState& g = tlsGroup;
   if (g.depth == 0) {
@@ -127,17 +186,8 @@ Status groupEnd() {
   g.p2p.clear();
   auto coll = std::move(g.coll);
   g.coll.clear();
-  std::vector<GroupJob> blocking;
   bool anyBackground = false;
-  for (GroupJob& job : jobs) {
-    if (job.blocking) {
-      blocking.push_back(std::move(job));
-    } else {
-      startInBackground(job);
-      anyBackground = true;
-    }
-  }
-  Status s = blocking.empty() ? ncclSuccess : runConcurrently(blocking);
+  Status s = runJobs(std::move(jobs), &anyBackground);
   if (s != ncclSuccess) return s;
   // Every communicator's tasks are issued even if an earlier one failed, so
   // peers waiting on them are not left hanging; the first error is returned.

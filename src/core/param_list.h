@@ -116,5 +116,11 @@
   X(CollLlChannelBytes, "FERRY_COLL_LL_CHANNEL_BYTES", Int, "4K",                                 \
     "An LL collective takes one channel per this many bytes (at least 1, at most all).")          \
   X(CollTimeout, "FERRY_COLL_TIMEOUT", Int, "1800",                                                \
-    "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).")
+    "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).") \
+  X(Liveness, "FERRY_LIVENESS", Int, "1",                                                          \
+    "1: each communicator's ranks watch each other (a ring of TCP connections with heartbeats), " \
+    "so a dead peer fails every survivor's communicator within seconds; 0: off.")                 \
+  X(PeerTimeout, "FERRY_PEER_TIMEOUT", Int, "20",                                                  \
+    "Seconds a peer may leave its liveness connection silent before it is declared dead (a "      \
+    "closed connection counts at once); 0: silence never counts. At least 2 when set.")
 // clang-format on

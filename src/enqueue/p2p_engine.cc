@@ -443,6 +443,10 @@ bool P2pEngine::waitFences(int64_t timeoutMs) {
   return true;
 }
 
+void P2pEngine::failAll() {
+  proxy_->failOwner(this);
+}
+
 Status P2pEngine::shutdown(bool abort, int64_t timeoutMs) {
   if (shutDown_) return ncclSuccess;
   shutDown_ = true;

@@ -69,6 +69,10 @@ class P2pEngine {
   // Waits for (or, with abort, drops) every message, then lets the copy
   // streams and user-stream waits drain. Idempotent.
   [[nodiscard]] Status shutdown(bool abort, int64_t timeoutMs);
+  // A peer died (comm/liveness.h): every message in flight, and any posted
+  // later, fails with ncclRemoteError and releases the waits of this rank's
+  // streams. Any thread; does not wait.
+  void failAll();
 
   bool reaches(int peer, bool send) const;
   // Adds tasks that ran on the kernel p2p path to the per-peer counters (the

@@ -92,8 +92,28 @@ void Proxy::post(std::vector<P2pWatch> watches) {
     for (P2pWatch& w : watches) {
       if (w.postedNs == 0) w.postedNs = now;
       count(w.owner);
+      dropIfFailed(w.owner);
       inbox_.push_back(std::move(w));
     }
+  }
+  wake();
+}
+
+// The owner's communicator failed: whatever it posts from now on is dropped
+// as soon as the proxy takes it.
+void Proxy::dropIfFailed(const void* owner) {
+  if (std::find(failedOwners_.begin(), failedOwners_.end(), owner) != failedOwners_.end()) {
+    dropRequests_.push_back(owner);
+  }
+}
+
+void Proxy::failOwner(const void* owner) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::find(failedOwners_.begin(), failedOwners_.end(), owner) == failedOwners_.end()) {
+      failedOwners_.push_back(owner);
+    }
+    dropRequests_.push_back(owner);
   }
   wake();
 }
@@ -106,6 +126,7 @@ void Proxy::postNet(std::vector<NetOp> ops) {
     for (NetOp& op : ops) {
       if (op.postedNs == 0) op.postedNs = now;
       count(op.owner);
+      dropIfFailed(op.owner);
       netInbox_.push_back(op);
     }
   }
@@ -134,6 +155,12 @@ Status Proxy::detach(const void* owner, bool abort, int64_t timeoutMs) {
                  static_cast<long long>(timeoutMs), inFlight(owner));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  {
+    // Detached for good: the address may belong to a new owner later.
+    std::lock_guard<std::mutex> lock(mu_);
+    failedOwners_.erase(std::remove(failedOwners_.begin(), failedOwners_.end(), owner),
+                        failedOwners_.end());
   }
   return ncclSuccess;
 }

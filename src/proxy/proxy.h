@@ -49,6 +49,10 @@ class Proxy {
   // abort, its messages are dropped at once and the waits of this rank's
   // streams on them released. ncclSystemError on timeout.
   [[nodiscard]] Status detach(const void* owner, bool abort, int64_t timeoutMs);
+  // Drops every message of `owner` in flight, as detach with abort does,
+  // and every one it posts until it detaches: its communicator failed.
+  // Any thread; returns at once.
+  void failOwner(const void* owner);
 
  private:
   Proxy() = default;
@@ -58,7 +62,8 @@ class Proxy {
   void failConnection(ConnectionBase* conn, Status s);
   void dropOwner(const void* owner);
   void forget(const void* owner);
-  void count(const void* owner);  // one more in flight; mu_ held
+  void count(const void* owner);         // one more in flight; mu_ held
+  void dropIfFailed(const void* owner);  // mu_ held
   void sleepUntilWork(int timeoutMs);
   void wake();
   size_t inFlight(const void* owner);
@@ -68,11 +73,12 @@ class Proxy {
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
-  std::mutex mu_;  // guards inbox_, netInbox_, dropRequests_, counts_
+  std::mutex mu_;  // guards inbox_, netInbox_, dropRequests_, counts_, failedOwners_
   std::vector<P2pWatch> inbox_;
   std::vector<NetOp> netInbox_;
   std::vector<const void*> dropRequests_;
   std::vector<std::pair<const void*, size_t>> counts_;  // messages in flight per owner
+  std::vector<const void*> failedOwners_;               // failOwner'd, until they detach
 
   // Proxy-thread state.
   std::vector<P2pWatch> watches_;

@@ -112,6 +112,11 @@ void RpcServer::answer(size_t index) {
   Request req{};
   size_t got = 0;
   int numFds = 0;
+  char probe = 0;
+  if (recv(client.get(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    client.reset();  // the client's process closed it (exit or destroy): not an error
+    return;
+  }
   if (unixRecvMsg(client.get(), &req, sizeof(req), &got, nullptr, 0, &numFds, 0) != ncclSuccess ||
       got != sizeof(req) || req.magic != kRpcMagic) {
     client.reset();

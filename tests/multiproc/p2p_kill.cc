@@ -4,7 +4,10 @@
 // launcher would otherwise stop the run when the peer dies). With the
 // argument "net" the two processes are on different emulated hosts
 // (NCCL_HOSTID), so the transfer goes through the network engine and the
-// survivor learns of the death from its connection.
+// survivor learns of the death from its connection. The child dies only
+// once the parent has posted its receive (a pipe says so): a death noticed
+// earlier fails the whole communicator (comm/liveness.h), first receive
+// included.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +29,7 @@ namespace {
 constexpr size_t kBytes = size_t{256} << 20;
 
 // The child: joins, starts its half of the exchange, then dies abruptly.
-[[noreturn]] void child(const ncclUniqueId& id, bool net) {
+[[noreturn]] void child(const ncclUniqueId& id, bool net, int goFd) {
   if (net) setenv("NCCL_HOSTID", "ferry-kill-host-b", 1);
   ncclComm_t comm = nullptr;
   if (ncclFerrySetDevice(1) != ncclSuccess) _exit(3);  // one device per rank
@@ -36,6 +39,8 @@ constexpr size_t kBytes = size_t{256} << 20;
   cudaStream_t s = nullptr;
   (void)ncclFerryStreamCreate(&s);
   (void)ncclSend(buf.data(), kBytes, ncclInt8, 0, comm, s);  // this one is cut short
+  char go = 0;
+  if (read(goFd, &go, 1) != 1) _exit(5);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   raise(SIGKILL);
   _exit(4);
@@ -50,8 +55,10 @@ int main(int argc, char** argv) {
   setenv("FERRY_RUNTIME", "host", 1);
   ncclUniqueId id;
   EXPECT_OK(ncclGetUniqueId(&id));
+  int go[2];
+  if (pipe(go) != 0) return 2;
   pid_t pid = fork();
-  if (pid == 0) child(id, net);
+  if (pid == 0) child(id, net, go[0]);
   ncclComm_t comm = nullptr;
   EXPECT_OK(ncclFerrySetDevice(0));
   EXPECT_OK(ncclCommInitRank(&comm, 2, id, 0));
@@ -62,6 +69,7 @@ int main(int argc, char** argv) {
   EXPECT_OK(ncclFerryStreamCreate(&stream));
   auto start = Clock::now();
   EXPECT_OK(ncclRecv(big.data(), big.size(), ncclInt8, 1, comm, stream));
+  EXPECT_TRUE(write(go[1], "g", 1) == 1, "pipe to the child");
   // Slow the receiver down so the peer dies while data is in flight.
   EXPECT_OK(ncclFerryStreamSynchronize(stream));
   double s = secondsSince(start);

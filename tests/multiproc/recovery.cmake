@@ -1,0 +1,22 @@
+# NCCL 2.28's recovery and planning calls (ncclCommShrink, ncclCommRevoke,
+# ncclCommInitRankScalable, ncclGroupSimulateEnd) across real processes.
+add_executable(mp_recovery ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/recovery_cases.cc)
+target_include_directories(mp_recovery PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
+target_link_libraries(mp_recovery PRIVATE nccl ferry_test_common)
+
+function(ferry_recovery_test name nranks case)
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --runtime host --timeout 200
+            $<TARGET_FILE:mp_recovery> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240 ${ARGN})
+endfunction()
+
+foreach(n 2 5)
+  ferry_recovery_test(api.scalable.n${n} ${n} scalable)
+endforeach()
+foreach(n 3 4)
+  ferry_recovery_test(api.shrink.n${n} ${n} shrink)
+endforeach()
+ferry_recovery_test(api.revoke.n2 2 revoke)
+ferry_recovery_test(api.revoke.n3 3 revoke)
+ferry_recovery_test(api.simulate.n2 2 simulate)
