@@ -10,6 +10,7 @@
 #           p2pdiag    a2a and batch under Ferry: pushes/pulls, mappings, staging
 #           hangdiag   one pipelining schedule under Ferry with P2P tracing;
 #                      after $DIAG_WAIT s, native stacks of both ranks (cuda-gdb)
+#           death      rank 1 dies mid-loop: how long rank 0 takes to fail
 #           summary    the tables (always last)
 # Modes: nccl-lazy nccl-eager (NVIDIA's NCCL), ferry-lazy ferry-eager (Ferry,
 # SM-free default), kernel-lazy kernel-eager (Ferry, NCCL_PASS_SM=0),
@@ -129,6 +130,22 @@ for s in $stages; do
         grep -o "p2p totals.*" "$log" | cut -c1-300
         grep -h "^RESULT" "$log" | cut -c1-260
       done
+    done
+    ;;
+  death)
+    # Rank 1 dies mid-loop (scripts/real_clients/death.py); how long rank 0
+    # (and torchrun) take to end, under each library.
+    for lib in nccl ferry; do
+      rm -f /tmp/ferry-death-stamp
+      pre=""
+      [ $lib = ferry ] && pre="LD_PRELOAD=$ferry"
+      t0=$(date +%s.%N)
+      env $pre NCCL_DEBUG=WARN timeout ${DEATH_TIMEOUT:-150} python3 -m torch.distributed.run \
+        --nproc-per-node 2 "$here/real_clients/death.py" >"$out/death-$lib.log" 2>&1
+      rc=$?
+      died=$(cat /tmp/ferry-death-stamp 2>/dev/null || echo nan)
+      echo "$lib: torchrun exit $rc, ended $(python3 -c "import time; print(round(time.time() - $died, 1))") s after the death"
+      grep -E "NOTICED|DEATH|WRONG|ncclRemoteError|Watchdog caught" "$out/death-$lib.log" | head -5 | cut -c1-300
     done
     ;;
   summary)

@@ -37,7 +37,7 @@ def verdict(recs, ranks):
 
 
 METRICS = ["step_ms", "median_ms", "host_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
-           "busbw_max", "wrong"]
+           "busbw_max", "wrong", "setup_s", "held_mib", "mib_per_group"]
 
 
 def cell(recs, ranks):
