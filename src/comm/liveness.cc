@@ -25,6 +25,7 @@ namespace {
 constexpr uint32_t kFrameMagic = 0x564c5246;  // "FRLV"
 constexpr int kPollMs = 100;                  // bounds how late a heartbeat or a check runs
 constexpr size_t kMaxQueuedBytes = 4096;      // a neighbour that reads nothing gets no more beats
+constexpr int64_t kStallMs = 1500;  // a gap this long in the loop: this process was stopped
 
 enum class FrameKind : uint16_t { Hello = 1, Heartbeat = 2, Bye = 3, Dead = 4 };
 enum class Cause : uint16_t { None = 0, Closed = 1, Silent = 2, Malformed = 3 };
@@ -122,8 +123,9 @@ class LivenessMonitor {
   std::mutex mu_;  // guards everything below; held while a callback runs
   std::vector<std::unique_ptr<RingState>> rings_;
   uint64_t nextId_ = 1;
-  bool exiting_ = false;  // the process is exiting: no more checks or callbacks
-  pid_t pid_ = 0;         // the process that owns the thread
+  bool exiting_ = false;    // the process is exiting: no more checks or callbacks
+  int64_t lastLoopMs_ = 0;  // when the loop last ran its checks
+  pid_t pid_ = 0;           // the process that owns the thread
   UniqueFd wake_;
   bool started_ = false;
 };
@@ -213,6 +215,19 @@ void LivenessMonitor::loop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (exiting_) continue;
     const int64_t now = nowMs();
+    // A long gap in this loop means this process was stopped (SIGSTOP, a
+    // job-wide suspend) or starved: its peers' silence during the gap says
+    // nothing about them. Give every link a fresh window.
+    if (lastLoopMs_ > 0 && now - lastLoopMs_ > kStallMs) {
+      FERRY_INFO(kLogRas,
+                 "liveness: this process was not scheduled for %lld ms; restarting the "
+                 "silence windows",
+                 static_cast<long long>(now - lastLoopMs_));
+      for (auto& r : rings_) {
+        for (Link& l : r->links) l.lastHeardMs = now;
+      }
+    }
+    lastLoopMs_ = now;
     for (size_t k = 1; k < pfds.size(); ++k) {
       if (pfds[k].revents == 0) continue;
       RingState* r = find(owners[k].first);
@@ -345,14 +360,22 @@ void LivenessMonitor::goodbyeAll() {
   }
 }
 
-// A fork() child has no monitor thread: it drops its copies of the sockets
-// (so that its parent's death still ends the connections) and keeps the
-// ring objects, inert, for its communicators' destructors.
+// A fork() child has no monitor thread. It drops its copies of the
+// parent's sockets (so that the parent's death still ends those
+// connections, and the child's exit says nothing on them) and forgets the
+// parent's rings (their communicators' destructors find nothing to remove).
+// Communicators the child creates itself get a thread and wake fd of its own.
 void LivenessMonitor::forgetInChild() {
   for (auto& r : rings_) {
     for (Link& l : r->links) l.sock.close();
+    r->opt.onDead = nullptr;
   }
-  exiting_ = true;
+  rings_.clear();
+  exiting_ = false;
+  started_ = false;
+  lastLoopMs_ = 0;
+  pid_ = getpid();
+  wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));  // the parent's stays the parent's
   mu_.unlock();
 }
 

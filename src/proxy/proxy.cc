@@ -46,8 +46,12 @@ void releaseWaits(const P2pWatch& w) {
 Status Proxy::acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out) {
   std::lock_guard<std::mutex> lock(gProxyMu);
   *out = gProxy.lock();
-  if (*out) return ncclSuccess;
+  // A fork() child inherits its parent's proxy without its thread: its own
+  // communicators get a proxy of their own.
+  if (*out && (*out)->pid_ == getpid()) return ncclSuccess;
+  out->reset();
   std::shared_ptr<Proxy> p(new Proxy());
+  p->pid_ = getpid();
   rt::Runtime* host = runtime->kind() == rt::RuntimeKind::Host ? runtime : nullptr;
   FERRY_CHECK(RpcServer::create(host, &p->rpc_));
   p->wakeFd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -62,6 +66,12 @@ Status Proxy::acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out) {
 }
 
 Proxy::~Proxy() {
+  if (getpid() != pid_) {
+    // A fork() child's copy of its parent's proxy: the thread is not ours
+    // (it does not exist here) and cannot be joined; leak its handle.
+    (void)new std::thread(std::move(thread_));
+    return;
+  }
   // Release: the loop's acquire load sees the request and returns.
   stop_.store(true, std::memory_order_release);
   wake();

@@ -20,6 +20,8 @@
 // destroyed).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -68,6 +70,7 @@ class Proxy {
   void wake();
   size_t inFlight(const void* owner);
 
+  pid_t pid_ = 0;  // the process whose thread this is (fork() children get their own)
   std::unique_ptr<RpcServer> rpc_;
   UniqueFd wakeFd_;
   std::thread thread_;

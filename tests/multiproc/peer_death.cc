@@ -12,6 +12,10 @@
 //   net      ranks 0,1 and 2,3 on two emulated hosts, SM-free ring; SIGKILL
 //   silent   coll, but the victim stops (SIGSTOP): only its silence tells
 //            (FERRY_PEER_TIMEOUT=3)
+//   forked   coll, but the victim first forks a child (as a data loader
+//            does) that outlives it by 15 s, and silence never counts
+//            (FERRY_PEER_TIMEOUT=0): the survivors must learn of the death
+//            from the closed connection, which the child must not hold open
 //   shrink   coll, then the survivors shrink the communicator without the
 //            dead rank (NCCL_SHRINK_ABORT) and run verified groups on it
 //   graceful the victim leaves after its last group and exits normally
@@ -20,6 +24,7 @@
 //
 // Data is fresh every iteration (depends on rank and iteration), outputs are
 // poisoned first and checked element-wise against values computed here.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -45,6 +50,7 @@ constexpr int kRanks = 4;
 constexpr int kVictim = 2;
 constexpr int kDeathIter = 4;  // the victim dies after this many good iterations
 constexpr double kLimitS = 30.0;
+constexpr double kForkedLimitS = 8.0;  // well before the forked child exits
 constexpr int kGracefulIters = 300;
 
 struct Shared {
@@ -61,17 +67,20 @@ struct Mode {
   bool silent = false;
   bool graceful = false;
   bool shrink = false;
+  bool forked = false;
 };
 
 Mode parseMode(const char* s) {
   Mode m;
   m.name = s;
-  m.coll = m.name == "coll" || m.name == "kernel" || m.name == "silent" || m.name == "shrink";
+  m.coll = m.name == "coll" || m.name == "kernel" || m.name == "silent" || m.name == "shrink" ||
+           m.name == "forked";
   m.p2pBytes = m.name == "kernel" ? (256u << 10) : (4u << 20);
   m.net = m.name == "net";
   m.silent = m.name == "silent";
   m.graceful = m.name == "graceful";
   m.shrink = m.name == "shrink";
+  m.forked = m.name == "forked";
   return m;
 }
 
@@ -141,6 +150,15 @@ void awaitEveryone(Shared* sh) {
 // The victim's end, by mode. Records the moment first.
 [[noreturn]] void die(const Mode& m, Shared* sh) {
   awaitEveryone(sh);
+  if (m.forked && fork() == 0) {
+    // The worker: no NCCL, just alive; off the test's output pipes so the
+    // harness does not wait for it.
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    sleep(15);
+    exit(0);  // a normal exit: atexit handlers run in the child
+  }
   sh->deathNs.store(nowNs());
   if (m.silent) {
     raise(SIGSTOP);  // the parent kills it later
@@ -201,7 +219,11 @@ int survivorChecks(ncclComm_t comm, int rank, ncclResult_t callResult, Shared* s
   std::string last = ncclGetLastError(comm);
   EXPECT_TRUE(last.find("rank " + std::to_string(kVictim)) != std::string::npos,
               "rank %d: last error does not name rank %d: %s", rank, kVictim, last.c_str());
-  EXPECT_TRUE(death > 0 && noticed < kLimitS, "rank %d noticed after %.1f s", rank, noticed);
+  const double limit =
+      getenv("FERRY_PEER_TIMEOUT") != nullptr && strcmp(getenv("FERRY_PEER_TIMEOUT"), "0") == 0
+          ? kForkedLimitS
+          : kLimitS;
+  EXPECT_TRUE(death > 0 && noticed < limit, "rank %d noticed after %.1f s", rank, noticed);
   // New work is refused at once, and the communicator aborts cleanly.
   std::vector<float> x(16, 1.0f);
   EXPECT_RESULT(ncclSend(x.data(), x.size(), ncclFloat, (rank + 1) % kRanks, comm, nullptr),
@@ -295,6 +317,7 @@ int main(int argc, char** argv) {
   setenv("FERRY_RUNTIME", "host", 1);
   if (m.name == "kernel") setenv("NCCL_PASS_SM", "0", 1);
   if (m.silent) setenv("FERRY_PEER_TIMEOUT", "3", 1);
+  if (m.forked) setenv("FERRY_PEER_TIMEOUT", "0", 1);
   if (m.net) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   auto* sh = static_cast<Shared*>(
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
