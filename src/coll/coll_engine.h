@@ -71,6 +71,12 @@ class CollEngine {
   // Whether collectives can run (false when the communicator spans hosts);
   // the API checks it before a task joins a group.
   bool available() const { return ring_.nchannels > 0; }
+  // Memory this rank holds for collectives and kernel p2p (its ring region:
+  // device memory, or host shared memory with SHM), and the collective
+  // channels' share of it.
+  uint64_t regionBytes() const { return ring_.regionBytes; }
+  uint64_t collectiveFifoBytes() const { return ring_.collectiveFifoBytes; }
+  bool regionInHostMemory() const { return ring_.shm; }
 
   // Validates what only the engine knows (the op table) before a task is
   // accepted into a group.

@@ -369,6 +369,9 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   res.shm = useShm(ctx);
   const RingRegionLayout layout =
       ringRegionLayout(res.nchannels, n, res.p2pLanes, res.nslots, res.slotBytes, res.llSlotBytes);
+  res.regionBytes = layout.bytes;
+  res.collectiveFifoBytes =
+      static_cast<uint64_t>(res.nchannels) * (layout.fifoBytes + layout.llFifoBytes);
   std::vector<RegionInfo> infos(n);
   FERRY_CHECK(makeOwnRegion(ctx, layout.bytes, layout.fifos, res.shm, &res.own, &infos[t.myRank]));
   res.regions.resize(n);

@@ -66,6 +66,8 @@ struct RingResources {
   uint32_t p2pLlSlots = 0;
   uint64_t p2pLlSlotBytes = 0;
   bool shm = false;  // own region in host shared memory
+  uint64_t regionBytes = 0;           // the own region's size (memory this rank holds)
+  uint64_t collectiveFifoBytes = 0;   // of which the ring channels' FIFOs (LL and Simple)
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds
   // `base`); ranks on other hosts stay unmapped (base null).

@@ -42,8 +42,13 @@ Status Communicator::runInit(const std::vector<ncclUniqueId>& ids) {
   if (s == ncclSuccess) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    FERRY_INFO(kLogInit, "comm %p rank %d nranks %d device %d (%s) - Init COMPLETE in %.1f ms",
-               static_cast<void*>(this), rank_, nranks_, device_, topology_.peers[rank_].busId, ms);
+    FERRY_INFO(kLogInit,
+               "comm %p rank %d nranks %d device %d (%s) - Init COMPLETE in %.1f ms; holds %.1f "
+               "MiB of %s memory for collectives and kernel p2p (collective FIFOs %.1f MiB)",
+               static_cast<void*>(this), rank_, nranks_, device_, topology_.peers[rank_].busId, ms,
+               coll_ ? coll_->regionBytes() / 1048576.0 : 0.0,
+               coll_ && coll_->regionInHostMemory() ? "host shared" : "device",
+               coll_ ? coll_->collectiveFifoBytes() / 1048576.0 : 0.0);
   } else if (lastWarning() != warnedBefore) {
     // A step already WARNed the cause: keep it as ncclGetLastError's answer.
     FERRY_INFO(kLogInit, "rank %d of %d: communicator init failed: %s", rank_, nranks_,

@@ -61,16 +61,21 @@ double estimateGroupUs(const Topology& topo, bool hostRuntime, const std::vector
                        const std::vector<P2pTask>& p2p) {
   double us = 0;
   for (const CollTask& t : coll) us += collUs(topo, hostRuntime, t);
-  std::map<int, double> perPeer;  // send and receive share the link's time
+  // Per peer and direction: links are full duplex (NVLink moves ~390 GB/s
+  // each way at once), so a send and a receive with one peer overlap, while
+  // two messages one way share the link.
+  std::map<int, std::pair<double, double>> perPeer;  // peer -> (send us, receive us)
   for (const P2pTask& t : p2p) {
     if (t.peer < 0 || t.peer >= static_cast<int>(topo.links.size())) continue;
     LinkCost c = linkCost(topo.links[t.peer], hostRuntime);
-    double& peerUs = perPeer[t.peer];
-    if (peerUs == 0) peerUs = c.launchUs;
-    peerUs += static_cast<double>(t.bytes) / (c.gbps * 1e3);
+    auto& dirs = perPeer[t.peer];
+    (t.isSend ? dirs.first : dirs.second) += static_cast<double>(t.bytes) / (c.gbps * 1e3);
   }
   double slowest = 0;
-  for (const auto& [peer, peerUs] : perPeer) slowest = std::max(slowest, peerUs);
+  for (const auto& [peer, dirs] : perPeer) {
+    const double launch = linkCost(topo.links[peer], hostRuntime).launchUs;
+    slowest = std::max(slowest, launch + std::max(dirs.first, dirs.second));
+  }
   return us + slowest;
 }
 

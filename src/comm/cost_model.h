@@ -5,8 +5,9 @@
 // bench/RESULTS.md): ring collectives move the classic ring volume
 // (all-reduce 2(n-1)/n of the buffer, all-gather and reduce-scatter (n-1)/n
 // of the whole output or input, broadcast and reduce the buffer once) at the
-// slowest link of the ring; point-to-point to different peers overlaps, to
-// one peer adds up. An estimate, never a promise: nothing depends on it.
+// slowest link of the ring; point-to-point to different peers, and the two
+// directions with one peer, overlap; messages one way to one peer add up. An estimate, never a
+// promise: nothing depends on it.
 #pragma once
 
 #include <vector>

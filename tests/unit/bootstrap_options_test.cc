@@ -133,5 +133,58 @@ TEST(BootstrapInProcess, ThreadsAllGatherSendRecvBarrier) {
   }
 }
 
+// ncclCommInitRankScalable's bootstrap: every split of 7 ranks over 1..7
+// roots forms the ring (an all-gather of fresh data proves every rank knows
+// every other); identical ids count as one; bad id counts fail at once.
+TEST(BootstrapInProcess, ScalableRootsFormOneRing) {
+  const int nranks = 7;
+  BootstrapOptions o;
+  o.timeoutMs = 20000;
+  for (int nId : {1, 2, 3, 7}) {
+    std::vector<ncclUniqueId> ids(nId);
+    for (auto& id : ids) ASSERT_EQ(createUniqueId(o, &id), ncclSuccess);
+    uint64_t seed = test::testSeed() + nId;
+    std::vector<int> failures(nranks, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < nranks; ++r) {
+      threads.emplace_back([&, r] {
+        std::unique_ptr<Bootstrap> b;
+        if (Bootstrap::createScalable(ids.data(), nId, r, nranks, o, &b) != ncclSuccess) {
+          failures[r] = 1;
+          return;
+        }
+        std::vector<uint64_t> slots(nranks, 0);
+        slots[r] = test::Rng(seed, r).next();
+        if (b->allGather(slots.data(), sizeof(uint64_t)) != ncclSuccess) failures[r] |= 2;
+        for (int q = 0; q < nranks; ++q) {
+          if (slots[q] != test::Rng(seed, q).next()) failures[r] |= 4;
+        }
+        if (b->barrier() != ncclSuccess) failures[r] |= 8;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < nranks; ++r)
+      EXPECT_EQ(failures[r], 0) << "rank " << r << ", " << nId << " roots";
+  }
+  joinFinishedRoots();
+  std::vector<ncclUniqueId> same(3);
+  ASSERT_EQ(createUniqueId(o, &same[0]), ncclSuccess);
+  same[1] = same[2] = same[0];
+  std::vector<int> failures(3, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Bootstrap> b;
+      if (Bootstrap::createScalable(same.data(), 3, r, 3, o, &b) != ncclSuccess) failures[r] = 1;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(failures[r], 0) << "identical ids, rank " << r;
+  std::unique_ptr<Bootstrap> b;
+  EXPECT_EQ(Bootstrap::createScalable(same.data(), 0, 0, 3, o, &b), ncclInvalidArgument);
+  EXPECT_EQ(Bootstrap::createScalable(same.data(), 4, 0, 3, o, &b), ncclInvalidArgument);
+  EXPECT_EQ(Bootstrap::createScalable(nullptr, 1, 0, 3, o, &b), ncclInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ferry::boot
