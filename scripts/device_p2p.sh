@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond
+#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone collnet
 set -uo pipefail
 src=$1
 shift
@@ -496,6 +496,24 @@ for s in $stages; do
     echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
     grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
     timeout 60 python3 "$src/scripts/tcp_probe.py" 1 4 2>&1 | tee "$out/netone-tcp.txt"
+    ;;
+  collnet)
+    # Collectives whose ring crosses hosts (issue 18): two ranks as two
+    # emulated hosts on whatever GPUs there are; correctness (every type,
+    # op and size of matrix_quick; mixed groups), then busbw beside NVIDIA's
+    # NCCL over its socket transport (both on loopback).
+    stage collnet
+    export NCCL_SOCKET_IFNAME=lo
+    for c in ${COLLNET_CASES:-matrix_quick mixed}; do
+      timeout 280 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 270 \
+        $b/tests/mp_coll $c >"$out/collnet-$c.log" 2>&1
+      echo "mp_coll $c across hosts: exit $? $(grep -hE 'verified|FAIL' "$out/collnet-$c.log" | head -3 | tr '\n' ' ')"
+    done
+    timeout 280 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 270 $b/bench/ferry-bench \
+      ${COLLNET_OPS:-all_reduce,all_gather,reduce_scatter,broadcast} -b ${NET_MIN:-1M} -e ${NET_MAX:-256M} \
+      -f 4 -w 2 -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+      >"$out/collnet-bench.txt" 2>&1
+    echo "collnet bench exit $?"; grep -v "^\[1\]" "$out/collnet-bench.txt" | grep -v INFO | tail -40
     ;;
   overlap)
     stage overlap

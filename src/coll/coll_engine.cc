@@ -110,6 +110,21 @@ Status parseProtocols(const std::string& text, bool* ll, bool* simple) {
 
 CollEngine::~CollEngine() {
   (void)shutdown(10000);
+  // The hops point into ring_: the proxy lets go of them before it goes.
+  if (proxy_ != nullptr) proxy_->removeRingHops(this);
+}
+
+void CollEngine::setFailureHandler(std::function<void(int, const std::string&)> handler) {
+  std::lock_guard<std::mutex> lock(failMu_);
+  onFailure_ = std::move(handler);
+}
+
+// A ring hop across hosts failed (proxy thread): the ring is broken for
+// good. Kernels stop at their next wait; the communicator learns why.
+void CollEngine::hopFailed(int peer, const std::string& why) {
+  abortKernels();
+  std::lock_guard<std::mutex> lock(failMu_);
+  if (onFailure_) onFailure_(peer, why);
 }
 
 Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngine>* out) {
@@ -139,6 +154,20 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   FERRY_CHECK(setupRing(ctx, &e->ring_));
+  if (ctx.topology->nHosts > 1 && e->llMaxBytes_ > 0) {
+    // LL lines carry no tail counter for the proxy to follow across hosts.
+    FERRY_INFO(kLogInit | kLogColl, "collectives: Simple protocol only (ring across hosts)");
+    e->llMaxBytes_ = 0;
+  }
+  if (e->ring_.net && !e->ring_.net->hops.empty()) {
+    std::vector<RingHop*> hops;
+    for (auto& h : e->ring_.net->hops) hops.push_back(h.get());
+    CollEngine* raw = e.get();
+    e->proxy_ = ctx.proxy;
+    ctx.proxy->addRingHops(raw, std::move(hops), [raw](int peer, const std::string& why) {
+      raw->hopFailed(peer, why);
+    });
+  }
   // Kernel p2p's LL limit: FERRY_P2P_LL_MAX_BYTES, else NCCL's
   // NCCL_P2P_LL_THRESHOLD; none when NCCL_PROTO excludes LL (a malformed
   // value was ignored above). Every rank reads the same settings.
@@ -430,6 +459,7 @@ Status CollEngine::launch(const std::vector<CollTask>& tasks) {
 
 void CollEngine::abortKernels() {
   if (!abortWord_) return;
+  aborted_.store(true, std::memory_order_relaxed);
   // Release-ordered enough: kernels poll this word (volatile, system scope)
   // and only stop early; no data is published with it.
   std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(abortWord_->ptr()))
@@ -439,6 +469,19 @@ void CollEngine::abortKernels() {
 Status CollEngine::shutdown(int64_t timeoutMs) {
   if (shutDown_) return ncclSuccess;
   shutDown_ = true;
+  Status s = waitKernels(timeoutMs);
+  // A kernel is done once its last slots are in the mirror FIFO: the peer
+  // on the other host has them only once the proxy sent them.
+  if (s == ncclSuccess && proxy_ != nullptr && !aborted_ &&
+      !proxy_->drainRingHops(this, std::min<int64_t>(timeoutMs, 60000))) {
+    FERRY_WARN("rank %d: the collective ring's last slots to another host were not delivered "
+               "within %lld ms",
+               rank_, static_cast<long long>(std::min<int64_t>(timeoutMs, 60000)));
+  }
+  return s;
+}
+
+Status CollEngine::waitKernels(int64_t timeoutMs) {
   if (!lastEvent_) return ncclSuccess;
   using Clock = std::chrono::steady_clock;
   // Two phases: let the kernels finish on their own, then abort them; a

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -96,6 +97,9 @@ class CollEngine {
 
   // Makes running kernels of this communicator stop at their next wait.
   void abortKernels();
+  // Who hears when the ring's network hops fail (the communicator: it fails
+  // with the peer named). Set once after create; called on the proxy thread.
+  void setFailureHandler(std::function<void(int peer, const std::string& why)> handler);
   // Waits (bounded) until every launch has finished; after abortKernels()
   // that is prompt. Idempotent.
   [[nodiscard]] Status shutdown(int64_t timeoutMs);
@@ -121,7 +125,13 @@ class CollEngine {
   [[nodiscard]] Status launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, size_t argBytes,
                                      int nblocks, int layout);
 
+  void hopFailed(int peer, const std::string& why);
+  [[nodiscard]] Status waitKernels(int64_t timeoutMs);
+
   rt::Runtime* runtime_ = nullptr;
+  Proxy* proxy_ = nullptr;  // set when the ring has hops across hosts
+  std::mutex failMu_;       // guards onFailure_
+  std::function<void(int, const std::string&)> onFailure_;
   int rank_ = -1;
   RingResources ring_;
   std::unique_ptr<rt::HostMemory> abortWord_;  // uint32, device-mapped
@@ -136,6 +146,7 @@ class CollEngine {
   void* lastStream_ = nullptr;
   std::unique_ptr<rt::Event> lastEvent_;
   bool shutDown_ = false;
+  std::atomic<bool> aborted_{false};  // abortKernels ran (no flush of the hops then)
 };
 
 }  // namespace ferry

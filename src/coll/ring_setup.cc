@@ -30,7 +30,10 @@ int resolveChannels(const RingSetupContext& ctx) {
   const int64_t v = ctx.params->getInt(ParamId::CollChannels);
   // CUDA: 64 x 256 KiB slots beat 32 x 512 KiB (same memory) by 11-17% on
   // large all-reduce/all-gather/reduce-scatter (2x H200, bench/RESULTS.md).
-  const int fallback = ctx.runtime->kind() == rt::RuntimeKind::Cuda ? 64 : 2;
+  // Across hosts the network is the bottleneck: a few channels (each one
+  // engine connection per hop) fill it.
+  const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
+  const int fallback = ctx.topology->nHosts > 1 ? (cuda ? 4 : 2) : (cuda ? 64 : 2);
   int n = fallback;
   if (v != 0 && (v < 1 || v > 64)) {
     FERRY_WARN("FERRY_COLL_CHANNELS=%ld out of range [1, 64]; using %d", static_cast<long>(v),
@@ -142,7 +145,7 @@ bool useShm(const RingSetupContext& ctx) {
   if (ctx.runtime->kind() == rt::RuntimeKind::Host) return false;
   const Topology& t = *ctx.topology;
   for (int peer = 0; peer < static_cast<int>(t.peers.size()); ++peer) {
-    if (peer == t.myRank) continue;
+    if (peer == t.myRank || t.links[peer] == PeerLink::OtherHost) continue;
     int peerDevice = -1;
     bool ok = false;
     if (ctx.runtime->deviceByBusId(t.peers[peer].busId, &peerDevice) == ncclSuccess) {
@@ -304,14 +307,15 @@ Status copyTable(const RingSetupContext& ctx, const void* data, size_t bytes,
 }
 
 // Copies the channel tables and ring order into executor-visible memory.
-Status publishTables(const RingSetupContext& ctx, RingResources* res, int prevRank, int nextRank) {
+// prevBase / nextBase: the neighbours' regions as mapped here, or the
+// mirrors standing in for neighbours on other hosts.
+Status publishTables(const RingSetupContext& ctx, RingResources* res, char* prevBase,
+                     char* nextBase) {
   const int n = res->nranks;
   const int me = ctx.topology->myRank;
   char* own = res->own.base;
   std::vector<algo::RingChannel> table(res->nchannels);
-  for (int h = 0; h < res->nchannels; ++h) {
-    table[h] = connectionOf(*res, h, own, res->regions[prevRank].base, res->regions[nextRank].base);
-  }
+  for (int h = 0; h < res->nchannels; ++h) table[h] = connectionOf(*res, h, own, prevBase, nextBase);
   FERRY_CHECK(
       copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
   std::vector<int32_t> ring(ctx.topology->ringOrder.begin(), ctx.topology->ringOrder.end());
@@ -350,11 +354,6 @@ RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uin
 Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   const Topology& t = *ctx.topology;
   const int n = static_cast<int>(t.peers.size());
-  if (t.nHosts > 1) {
-    FERRY_INFO(kLogInit, "collectives: communicator spans %d hosts; no network transport yet",
-               t.nHosts);
-    return ncclSuccess;
-  }
   RingResources& res = *out;
   res.nranks = n;
   res.ringOrder = t.ringOrder;
@@ -366,7 +365,11 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   }
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];
   const int nextRank = t.ringOrder[(res.pos + 1) % n];
-  res.shm = useShm(ctx);
+  const bool remoteHop = t.links[prevRank] == PeerLink::OtherHost ||
+                         t.links[nextRank] == PeerLink::OtherHost;
+  // The proxy writes this rank's flags (and, from a remote previous rank,
+  // its FIFO): host memory then.
+  res.shm = useShm(ctx) || remoteHop;
   const RingRegionLayout layout =
       ringRegionLayout(res.nchannels, n, res.p2pLanes, res.nslots, res.slotBytes, res.llSlotBytes);
   res.regionBytes = layout.bytes;
@@ -377,13 +380,30 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   res.regions.resize(n);
   res.regions[t.myRank].base = res.own.base;
   if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(infos.data(), sizeof(RegionInfo)));
-  for (int q = 0; q < n; ++q) {
-    if (q != t.myRank) FERRY_CHECK(mapPeerRegion(ctx, q, infos[q], &res.regions[q]));
-  }
   res.allPeersMapped = true;
+  for (int q = 0; q < n; ++q) {
+    if (t.links[q] == PeerLink::OtherHost) {
+      res.allPeersMapped = false;  // no kernel p2p across hosts
+    } else if (q != t.myRank) {
+      FERRY_CHECK(mapPeerRegion(ctx, q, infos[q], &res.regions[q]));
+    }
+  }
   if (n > 1) FERRY_CHECK(ctx.bootstrap->barrier());  // everyone mapped: withdraw the offer
   ctx.proxy->rpc().removeResource(ctx.commKey, regionKey(t.myRank));
-  FERRY_CHECK(publishTables(ctx, &res, prevRank, nextRank));
+  char* prevBase = res.regions[prevRank].base;
+  char* nextBase = res.regions[nextRank].base;
+  if (t.nHosts > 1) {
+    res.net = std::make_unique<RingNet>();
+    char* ownCpu = res.shm ? static_cast<char*>(res.own.shared->data()) : res.own.base;
+    FERRY_CHECK(setupRingNet(ctx, res.nchannels, res.nslots, res.slotBytes, layout, prevRank,
+                             nextRank, ownCpu, res.net.get(), &prevBase, &nextBase));
+    if (remoteHop && res.net->hops.empty()) {
+      FERRY_INFO(kLogInit, "collectives: no network engine for the ring across hosts");
+      res = RingResources();
+      return ncclSuccess;
+    }
+  }
+  FERRY_CHECK(publishTables(ctx, &res, prevBase, nextBase));
   FERRY_INFO(kLogInit | kLogColl,
              "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
              "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes, LL %u of %llu), %u "

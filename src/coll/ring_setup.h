@@ -25,6 +25,7 @@
 #include "algo/coll_ring.h"
 #include "algo/p2p_kernel.h"
 #include "bootstrap/bootstrap.h"
+#include "coll/ring_net.h"
 #include "core/params.h"
 #include "proxy/proxy.h"
 #include "runtime/runtime.h"
@@ -73,6 +74,8 @@ struct RingResources {
   // `base`); ranks on other hosts stay unmapped (base null).
   std::vector<RingRegion> regions;
   bool allPeersMapped = false;                  // kernel point-to-point can reach every rank
+  // A communicator spanning hosts: the hops that cross them (coll/ring_net.h).
+  std::unique_ptr<RingNet> net;
   std::unique_ptr<rt::DeviceMemory> channels;   // algo::RingChannel[nchannels]
   std::unique_ptr<rt::DeviceMemory> ringRanks;  // int32_t[nranks]
   // Kernel point-to-point: p2pLanes connections per peer (self included),
@@ -117,8 +120,9 @@ RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uin
 
 // Builds the ring connections; with one rank only the channel table (no
 // peers). Fails (the communicator's init fails) when a neighbour cannot be
-// reached; `*out` stays empty (nchannels 0) when the communicator spans
-// hosts, which has no transport yet: collectives then fail at call time.
+// reached. A communicator spanning hosts gets proxy-carried hops where the
+// ring crosses them (coll/ring_net.h), or, without a network engine, no
+// ring (`*out` stays empty, nchannels 0: collectives fail at call time).
 [[nodiscard]] Status setupRing(const RingSetupContext& ctx, RingResources* out);
 
 }  // namespace ferry

@@ -143,7 +143,9 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
                ctx.maxCtas, config_.maxCTAs);
   }
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
-  return CollEngine::create(ctx, &coll_);
+  FERRY_CHECK(CollEngine::create(ctx, &coll_));
+  coll_->setFailureHandler([this](int peer, const std::string& why) { peerFailed(peer, why); });
+  return ncclSuccess;
 }
 
 Status Communicator::startLiveness(uint64_t commKey) {

@@ -56,6 +56,23 @@ Status Comm::start() {
 }
 
 void Comm::fail(Status s, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  failWith(s, true, fmt, ap);
+  va_end(ap);
+}
+
+// A peer closing its end cleanly (at a message boundary) is how a
+// communicator's teardown looks from here: the requests fail, the caller
+// decides whether that matters, and the log says so at INFO only.
+void Comm::closedByPeer(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  failWith(ncclSystemError, false, fmt, ap);
+  va_end(ap);
+}
+
+void Comm::failWith(Status s, bool loud, const char* fmt, va_list ap) {
   int expected = 0;
   // acq_rel: the first failure wins and is the one logged; a reader's
   // acquire load sees the code (no other data rides on it).
@@ -63,11 +80,12 @@ void Comm::fail(Status s, const char* fmt, ...) {
     return;
   }
   char text[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
-  va_end(ap);
-  FERRY_WARN("%s", text);
+  if (loud) {
+    FERRY_WARN("%s", text);
+  } else {
+    FERRY_INFO(kLogNet, "%s", text);
+  }
   // Workers sleeping in poll() must see the failure and abandon their chunks
   // so that every pending request completes.
   for (auto& w : workers_) w->wake();
@@ -170,8 +188,9 @@ void Comm::checkPeerAlive() {
     return fail(ncclSystemError, "net/socket: protocol error: %s wrote on the control socket",
                 peer_.c_str());
   }
-  fail(ncclSystemError, "net/socket: the receiver %s closed the connection%s%s", peer_.c_str(),
-       n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+  if (n == 0) return closedByPeer("net/socket: the receiver %s closed the connection", peer_.c_str());
+  fail(ncclSystemError, "net/socket: the receiver %s reset the connection: %s", peer_.c_str(),
+       strerror(errno));
 }
 
 // Reads the announcements of the messages that match posted receives and
@@ -182,6 +201,9 @@ void Comm::progressRecvCtrl() {
     int err = 0;
     IoResult res = recvSome(ctrl_.fd(), ctrlBuf_ + ctrlOff_, kCtrlBytes - ctrlOff_, &n, &err);
     if (res == IoResult::kWouldBlock) return;
+    if (res != IoResult::kProgress && err == 0 && ctrlOff_ == 0) {
+      return closedByPeer("net/socket: %s closed the connection", peer_.c_str());
+    }
     if (res != IoResult::kProgress) {
       return fail(ncclSystemError, "net/socket: receive from %s failed on the control socket: %s",
                   peer_.c_str(), err == 0 ? "peer closed the connection" : strerror(err));

@@ -21,6 +21,8 @@
 // ListenComm and Connector belong to the proxy thread only.
 #pragma once
 
+#include <cstdarg>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -194,6 +196,9 @@ class Comm {
 
   // Any thread: records the first failure (WARN once) and wakes the workers.
   void fail(Status s, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  // The same for the peer closing its end at a message boundary (INFO only).
+  void closedByPeer(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  void failWith(Status s, bool loud, const char* fmt, va_list ap);
   // The first failure, ncclSuccess while healthy. Acquire: pairs with fail().
   Status failure() const { return static_cast<Status>(failure_.load(std::memory_order_acquire)); }
   // Acquire: pairs with the release store in the destructor.

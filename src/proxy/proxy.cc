@@ -128,6 +128,57 @@ void Proxy::failOwner(const void* owner) {
   wake();
 }
 
+void Proxy::addRingHops(const void* owner, std::vector<RingHop*> hops,
+                        std::function<void(int, const std::string&)> onFail) {
+  if (hops.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(hopMu_);
+    hopSets_.push_back(HopSet{owner, std::move(hops), std::move(onFail)});
+  }
+  wake();
+}
+
+void Proxy::removeRingHops(const void* owner) {
+  // The proxy thread steps hops under hopMu_: once we hold it, it is not
+  // inside one of them, and it will not find them again.
+  std::lock_guard<std::mutex> lock(hopMu_);
+  hopSets_.erase(std::remove_if(hopSets_.begin(), hopSets_.end(),
+                                [owner](const HopSet& h) { return h.owner == owner; }),
+                 hopSets_.end());
+}
+
+bool Proxy::drainRingHops(const void* owner, int64_t timeoutMs) {
+  const int64_t deadline = nowNs() + timeoutMs * 1000000;
+  for (;;) {
+    bool flushed = true;
+    {
+      std::lock_guard<std::mutex> lock(hopMu_);
+      for (const HopSet& set : hopSets_) {
+        if (set.owner != owner) continue;
+        for (const RingHop* h : set.hops) flushed = flushed && h->flushed();
+      }
+    }
+    if (flushed) return true;
+    if (nowNs() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+bool Proxy::stepRingHops() {
+  std::lock_guard<std::mutex> lock(hopMu_);
+  bool moved = false;
+  for (HopSet& set : hopSets_) {
+    for (RingHop* h : set.hops) {
+      Status s = h->step(&moved);
+      if (s != ncclSuccess && set.onFail) {
+        set.onFail(h->peer, "the collective ring's " + h->describe() + " failed: " +
+                                statusString(s));
+      }
+    }
+  }
+  return moved;
+}
+
 void Proxy::postNet(std::vector<NetOp> ops) {
   if (ops.empty()) return;
   {
@@ -300,12 +351,20 @@ void Proxy::loop() {
     bool peers = t - lastPeerCheckNs > 10000000;  // every 10 ms
     if (peers) lastPeerCheckNs = t;
     checkWatches(peers);
-    if (!net_->empty()) {
+    bool hops = false;
+    {
+      std::lock_guard<std::mutex> lock(hopMu_);
+      hops = !hopSets_.empty();
+    }
+    if (!net_->empty() || hops) {
       // Network transfers are driven by polling, as NCCL's proxy does:
       // straight on while they move; while they wait (for a staging copy,
       // a FIFO slot, or the peer) naps that grow from 20 us to 200 us, so
       // a long wait does not take a core from the threads doing the work.
-      if (net_->step(t)) {
+      // Ring hops across hosts are persistent: while a communicator has
+      // them the proxy polls them, napping while they are idle.
+      const bool netMoved = !net_->empty() && net_->step(t);
+      if (stepRingHops() || netMoved) {
         nap = std::chrono::microseconds(kNetNapMinUs);
       } else {
         std::this_thread::sleep_for(nap);

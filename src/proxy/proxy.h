@@ -23,6 +23,8 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -33,6 +35,7 @@
 #include "proxy/net_progress.h"
 #include "proxy/p2p_watch.h"
 #include "proxy/rpc.h"
+#include "proxy/ring_hop.h"
 
 namespace ferry {
 
@@ -51,6 +54,17 @@ class Proxy {
   // abort, its messages are dropped at once and the waits of this rank's
   // streams on them released. ncclSystemError on timeout.
   [[nodiscard]] Status detach(const void* owner, bool abort, int64_t timeoutMs);
+  // Persistent ring hops across hosts (proxy/ring_hop.h) of one collective
+  // engine: stepped on every pass from now on. `onFail` runs on the proxy
+  // thread when a hop's engine call fails (the hop stops).
+  void addRingHops(const void* owner, std::vector<RingHop*> hops,
+                   std::function<void(int peer, const std::string& why)> onFail);
+  // Stops stepping `owner`'s hops; returns once the proxy thread has let go
+  // of them (their memory may then be freed).
+  void removeRingHops(const void* owner);
+  // Waits (up to timeoutMs) until `owner`'s send hops delivered every slot
+  // their kernels filled; false on timeout.
+  bool drainRingHops(const void* owner, int64_t timeoutMs);
   // Drops every message of `owner` in flight, as detach with abort does,
   // and every one it posts until it detaches: its communicator failed.
   // Any thread; returns at once.
@@ -67,6 +81,7 @@ class Proxy {
   void count(const void* owner);         // one more in flight; mu_ held
   void dropIfFailed(const void* owner);  // mu_ held
   void sleepUntilWork(int timeoutMs);
+  bool stepRingHops();  // true when a hop moved
   void wake();
   size_t inFlight(const void* owner);
 
@@ -82,6 +97,13 @@ class Proxy {
   std::vector<const void*> dropRequests_;
   std::vector<std::pair<const void*, size_t>> counts_;  // messages in flight per owner
   std::vector<const void*> failedOwners_;               // failOwner'd, until they detach
+  struct HopSet {
+    const void* owner;
+    std::vector<RingHop*> hops;
+    std::function<void(int, const std::string&)> onFail;
+  };
+  std::mutex hopMu_;             // guards hopSets_; the proxy thread steps hops under it
+  std::vector<HopSet> hopSets_;
 
   // Proxy-thread state.
   std::vector<P2pWatch> watches_;

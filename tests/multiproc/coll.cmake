@@ -68,3 +68,25 @@ ferry_coll_test(coll.matrix.maxctas.n3 3 matrix_quick ENVIRONMENT NCCL_MAX_CTAS=
 ferry_coll_test(coll.matrix.maxctas.mixed.n3 3 matrix_quick)
 set_tests_properties(coll.matrix.maxctas.mixed.n3 PROPERTIES
   ENVIRONMENT "FERRY_COLL_CHANNELS=4;FERRY_TEST_RANK_ENV=0:NCCL_MAX_CTAS=1|2:NCCL_MAX_CTAS=3")
+
+# Collectives across hosts (coll/ring_net.h): ranks on emulated hosts
+# (ferry-run --hosts, loopback sockets); the ring's hops between hosts are
+# carried by the proxy. Hosts x ranks per host: 1x2 ... 4x2, one rank per
+# host, the smallest FIFO (constant wraparound across the network), mixed
+# groups with point-to-point, the stress mix, an abort.
+function(ferry_coll_hosts_test name nranks hosts case)
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --hosts ${hosts} --runtime host --timeout 280
+            $<TARGET_FILE:mp_coll> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 300
+                       ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;${ARGN}")
+endfunction()
+ferry_coll_hosts_test(coll.hosts.matrix.2x2 4 2 matrix_quick)
+ferry_coll_hosts_test(coll.hosts.matrix.3x2 6 3 matrix_quick)
+ferry_coll_hosts_test(coll.hosts.matrix.4x2 8 4 matrix_quick)
+ferry_coll_hosts_test(coll.hosts.matrix.2x1 2 2 matrix_quick)
+ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
+  "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=3")
+ferry_coll_hosts_test(coll.hosts.mixed.2x2 4 2 mixed)
+ferry_coll_hosts_test(coll.hosts.stress.3x2 6 3 stress)
+ferry_coll_hosts_test(coll.hosts.abort.2x2 4 2 abort)

@@ -9,7 +9,8 @@
 //            stream; the victim _exit()s
 //   smfree   4 MiB SM-free send/recv ring only; victim SIGKILLed
 //   kernel   all-reduce + 256 KiB kernel send/recv (NCCL_PASS_SM=0); SIGKILL
-//   net      ranks 0,1 and 2,3 on two emulated hosts, SM-free ring; SIGKILL
+//   net      ranks 0,1 and 2,3 on two emulated hosts: all-reduce (its ring
+//            crossing hosts through the proxy) + SM-free ring; SIGKILL
 //   silent   coll, but the victim stops (SIGSTOP): only its silence tells
 //            (FERRY_PEER_TIMEOUT=3)
 //   forked   coll, but the victim first forks a child (as a data loader
@@ -74,7 +75,7 @@ Mode parseMode(const char* s) {
   Mode m;
   m.name = s;
   m.coll = m.name == "coll" || m.name == "kernel" || m.name == "silent" || m.name == "shrink" ||
-           m.name == "forked";
+           m.name == "forked" || m.name == "net";
   m.p2pBytes = m.name == "kernel" ? (256u << 10) : (4u << 20);
   m.net = m.name == "net";
   m.silent = m.name == "silent";

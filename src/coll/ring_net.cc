@@ -1,0 +1,140 @@
+#include "coll/ring_net.h"
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "coll/ring_setup.h"
+#include "transport/net_setup.h"
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kNetDev = 0;  // as the point-to-point connections (net_setup.cc)
+
+uint64_t* flagLine(char* base, int channel, int which) {
+  return reinterpret_cast<uint64_t*>(base +
+                                     (static_cast<uint64_t>(channel) * 3 + which) * kRingFlagLine);
+}
+
+// Drives every hop's connect or accept until all have their comm.
+Status connectHops(const P2pSetupContext& ctx, std::vector<NetHandle>& nextHandles,
+                   std::vector<std::unique_ptr<RingHop>>& hops) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(ctx.timeoutMs, 0));
+  for (;;) {
+    bool pending = false;
+    for (auto& h : hops) {
+      NetLink& l = *h->link;
+      if (l.comm != nullptr) continue;
+      void* comm = nullptr;
+      if (h->isSend) {
+        FERRY_CHECK(l.engine->connect(l.dev, nextHandles[h->channel].data(), &comm));
+      } else {
+        FERRY_CHECK(l.engine->accept(l.listenComm, &comm));
+      }
+      if (comm == nullptr) {
+        pending = true;
+        continue;
+      }
+      l.comm = comm;
+      l.closeListen();
+    }
+    if (!pending) return ncclSuccess;
+    // Acquire: pairs with the release store of whoever aborts.
+    if (ctx.abortFlag != nullptr && ctx.abortFlag->load(std::memory_order_acquire)) {
+      FERRY_FAIL(ncclInternalError, "aborted while connecting the collective ring across hosts");
+    }
+    if (Clock::now() > deadline) {
+      FERRY_FAIL(ncclSystemError,
+                 "the collective ring's network connections were not established within %lld ms "
+                 "(FERRY_BOOTSTRAP_TIMEOUT)",
+                 static_cast<long long>(ctx.timeoutMs));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
+}  // namespace
+
+Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, uint64_t slotBytes,
+                    const RingRegionLayout& layout, int prevRank, int nextRank, char* ownCpu,
+                    RingNet* out, char** prevBase, char** nextBase) {
+  const Topology& t = *ctx.topology;
+  const int n = static_cast<int>(t.peers.size());
+  const bool prevRemote = t.links[prevRank] == PeerLink::OtherHost;
+  const bool nextRemote = t.links[nextRank] == PeerLink::OtherHost;
+  net::NetEngine* engine = nullptr;
+  if (prevRemote || nextRemote) FERRY_CHECK(netEngineFor(ctx, &engine));
+  // Every rank takes part in the handle exchange below, hops or not.
+  std::vector<NetHandle> handles(static_cast<size_t>(n) * nchannels);
+  for (auto& h : handles) h.fill(0);
+  if (engine != nullptr && prevRemote) {
+    for (int c = 0; c < nchannels; ++c) {
+      auto hop = std::make_unique<RingHop>();
+      hop->isSend = false;
+      hop->peer = prevRank;
+      hop->channel = c;
+      hop->link = std::make_unique<NetLink>(engine, kNetDev, false);
+      FERRY_CHECK(engine->listen(kNetDev, handles[t.myRank * nchannels + c].data(),
+                                 &hop->link->listenComm));
+      out->hops.push_back(std::move(hop));
+    }
+  }
+  if (n > 1) {
+    FERRY_CHECK(ctx.bootstrap->allGather(handles.data(), sizeof(NetHandle) * nchannels));
+  }
+  if (engine == nullptr) return ncclSuccess;
+  std::vector<NetHandle> nextHandles(handles.begin() + nextRank * nchannels,
+                                     handles.begin() + (nextRank + 1) * nchannels);
+  if (nextRemote) {
+    for (int c = 0; c < nchannels; ++c) {
+      auto hop = std::make_unique<RingHop>();
+      hop->isSend = true;
+      hop->peer = nextRank;
+      hop->channel = c;
+      hop->link = std::make_unique<NetLink>(engine, kNetDev, true);
+      out->hops.push_back(std::move(hop));
+    }
+  }
+  FERRY_CHECK(connectHops(ctx, nextHandles, out->hops));
+
+  // Mirrors: the next rank's channel FIFOs and flag lines (the kernel's
+  // sends), the previous rank's flag lines (the kernel's acknowledgements).
+  const uint64_t fifoBytes = layout.fifoBytes;
+  if (nextRemote) {
+    const uint64_t bytes = layout.fifos + static_cast<uint64_t>(nchannels) * fifoBytes;
+    FERRY_CHECK(ctx.runtime->allocHost(bytes, &out->nextMirror));
+    memset(out->nextMirror->ptr(), 0, layout.fifos);
+    *nextBase = static_cast<char*>(out->nextMirror->ptr());
+  }
+  if (prevRemote) {
+    FERRY_CHECK(ctx.runtime->allocHost(layout.llFifos, &out->prevMirror));
+    memset(out->prevMirror->ptr(), 0, layout.llFifos);
+    *prevBase = static_cast<char*>(out->prevMirror->ptr());
+  }
+  for (auto& h : out->hops) {
+    const int c = h->channel;
+    h->nslots = nslots;
+    h->slotBytes = slotBytes;
+    if (h->isSend) {
+      h->fifo = *nextBase + layout.fifos + c * fifoBytes;
+      h->kernelWord = flagLine(*nextBase, c, 0);  // the kernel's sendTail
+      h->proxyWord = flagLine(ownCpu, c, 1);      // the kernel's sendHead
+    } else {
+      h->fifo = ownCpu + layout.fifos + c * fifoBytes;
+      h->kernelWord = flagLine(*prevBase, c, 1);  // the kernel's recvHead
+      h->proxyWord = flagLine(ownCpu, c, 0);      // the kernel's recvTail
+    }
+    FERRY_CHECK(h->link->regMr(h->fifo, fifoBytes, &h->mhandle));
+  }
+  FERRY_INFO(kLogInit | kLogColl | kLogNet,
+             "collectives: ring across hosts: %s rank %d, %s rank %d, %d channel(s) each via "
+             "NET/%s",
+             prevRemote ? "receives from" : "local previous", prevRank,
+             nextRemote ? "sends to" : "local next", nextRank, nchannels, engine->name());
+  return ncclSuccess;
+}
+
+}  // namespace ferry

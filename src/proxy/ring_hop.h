@@ -1,0 +1,68 @@
+// A ring hop between hosts (issue 18): the proxy carries one channel of a
+// collective ring across the network, so the ring kernels (algo/coll_ring.h)
+// run unchanged. The kernel on each side sees the FIFO protocol it knows:
+//
+//   sender (next rank remote): the kernel fills a local mirror FIFO and
+//     publishes its tail in a mirror word (`kernelWord`, monotonic step
+//     count); the proxy isends each filled slot whole, in step order, and
+//     publishes how many isends completed as the kernel's sendHead
+//     (`proxyWord`): a slot may be refilled once the engine is done with it.
+//   receiver (previous rank remote): the proxy keeps irecvs posted into the
+//     rank's own FIFO slots that the kernel has drained (its recvHead acks
+//     land in a mirror word, `kernelWord`), and publishes how many slots
+//     arrived as the kernel's recvTail (`proxyWord`).
+// Back-pressure needs no credit messages: a receiver posts a slot only once
+// the kernel drained it, and the sender's slots free as its isends finish.
+// Counters never reset (like the kernels' step counters), so the hops are
+// persistent: they work for every launch and for CUDA-graph replays alike.
+// Only the Simple protocol crosses hosts (LL lines carry no tail counter).
+//
+// Memory ordering: kernelWord is read with acquire (the kernel's post is a
+// release after its slot stores/loads); proxyWord is written with release
+// after the engine reported the slot's bytes moved.
+//
+// Threading: set up by the communicator's init thread, then stepped by the
+// proxy thread only (Proxy::addRingHops / removeRingHops).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "transport/net_link.h"
+
+namespace ferry {
+
+struct RingHop {
+ public:
+  bool isSend = false;
+  int peer = -1;     // the rank on the other host
+  int channel = -1;  // ring channel
+  std::unique_ptr<NetLink> link;
+  void* mhandle = nullptr;  // the FIFO's registration with the engine
+  char* fifo = nullptr;     // CPU address of the channel's FIFO (mirror or own)
+  uint64_t slotBytes = 0;
+  uint32_t nslots = 0;
+  uint64_t* proxyWord = nullptr;         // send: sendHead; receive: recvTail
+  const uint64_t* kernelWord = nullptr;  // send: filled tail; receive: drained head
+  // Proxy-thread state.
+  uint64_t posted = 0;
+  uint64_t done = 0;
+  std::deque<void*> requests;
+  bool failed = false;
+
+  // One pass: completes finished requests, posts what is ready. *moved when
+  // anything happened. An engine error fails the hop (returned once).
+  [[nodiscard]] Status step(bool* moved);
+  // A send hop has delivered every slot its kernel filled (or stopped).
+  bool flushed() const;
+  std::string describe() const;
+
+ private:
+  [[nodiscard]] Status stop(Status s, const char* what);
+};
+
+}  // namespace ferry
