@@ -164,9 +164,8 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
     for (auto& h : e->ring_.net->hops) hops.push_back(h.get());
     CollEngine* raw = e.get();
     e->proxy_ = ctx.proxy;
-    ctx.proxy->addRingHops(raw, std::move(hops), [raw](int peer, const std::string& why) {
-      raw->hopFailed(peer, why);
-    });
+    ctx.proxy->addRingHops(raw, std::move(hops),
+                           [raw](int peer, const std::string& why) { raw->hopFailed(peer, why); });
   }
   // Kernel p2p's LL limit: FERRY_P2P_LL_MAX_BYTES, else NCCL's
   // NCCL_P2P_LL_THRESHOLD; none when NCCL_PROTO excludes LL (a malformed
@@ -474,9 +473,10 @@ Status CollEngine::shutdown(int64_t timeoutMs) {
   // on the other host has them only once the proxy sent them.
   if (s == ncclSuccess && proxy_ != nullptr && !aborted_ &&
       !proxy_->drainRingHops(this, std::min<int64_t>(timeoutMs, 60000))) {
-    FERRY_WARN("rank %d: the collective ring's last slots to another host were not delivered "
-               "within %lld ms",
-               rank_, static_cast<long long>(std::min<int64_t>(timeoutMs, 60000)));
+    FERRY_WARN(
+        "rank %d: the collective ring's last slots to another host were not delivered "
+        "within %lld ms",
+        rank_, static_cast<long long>(std::min<int64_t>(timeoutMs, 60000)));
   }
   return s;
 }

@@ -22,7 +22,8 @@ uint64_t* flagLine(char* base, int channel, int which) {
 // Drives every hop's connect or accept until all have their comm.
 Status connectHops(const P2pSetupContext& ctx, std::vector<NetHandle>& nextHandles,
                    std::vector<std::unique_ptr<RingHop>>& hops) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(ctx.timeoutMs, 0));
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(std::max<int64_t>(ctx.timeoutMs, 0));
   for (;;) {
     bool pending = false;
     for (auto& h : hops) {

@@ -33,7 +33,7 @@ int resolveChannels(const RingSetupContext& ctx) {
   // Across hosts the network is the bottleneck: a few channels (each one
   // engine connection per hop) fill it.
   const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
-  const int fallback = ctx.topology->nHosts > 1 ? (cuda ? 4 : 2) : (cuda ? 64 : 2);
+  const int fallback = ctx.topology->nHosts > 1 ? (cuda ? 8 : 2) : (cuda ? 64 : 2);
   int n = fallback;
   if (v != 0 && (v < 1 || v > 64)) {
     FERRY_WARN("FERRY_COLL_CHANNELS=%ld out of range [1, 64]; using %d", static_cast<long>(v),
@@ -55,7 +55,11 @@ Status resolveFifo(const RingSetupContext& ctx, RingResources* res) {
   int64_t s = ctx.params->getInt(ParamId::CollSlots);
   int64_t b = ctx.params->getInt(ParamId::CollSlotBytes);
   int64_t ll = ctx.params->getInt(ParamId::CollLlSlotBytes);
-  if (b == 0) b = cuda ? 256 << 10 : 64 << 10;
+  // Across hosts every slot is one network message: large ones amortize
+  // the engine's per-message cost (1 MiB: 3.2x the all-reduce bandwidth of
+  // 256 KiB on loopback sockets, bench/RESULTS.md session 11).
+  const bool hosts = ctx.topology->nHosts > 1;
+  if (b == 0) b = hosts ? (cuda ? 1 << 20 : 256 << 10) : (cuda ? 256 << 10 : 64 << 10);
   if (ll == 0) ll = cuda ? 32 << 10 : 4 << 10;
   if (s < 2 || s > 64 || s % 2 != 0) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_COLL_SLOTS=%ld: must be even, 2..64",
@@ -244,8 +248,8 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
 algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, char* prev,
                                char* next) {
   const int remoteConn = conn;
-  const RingRegionLayout l = ringRegionLayout(res.nchannels, res.nranks, res.p2pLanes, res.nslots,
-                                              res.slotBytes, res.llSlotBytes);
+  const RingRegionLayout l = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
+                                              res.nslots, res.slotBytes, res.llSlotBytes);
   auto line = [&](char* base, int c, int which) {
     return reinterpret_cast<uint64_t*>(base +
                                        (static_cast<uint64_t>(c) * 3 + which) * kRingFlagLine);
@@ -270,8 +274,8 @@ algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, ch
 // Lane `lane` of this rank's kernel-p2p connection with peer q.
 algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t lane, char* own,
                              char* theirs) {
-  const RingRegionLayout l = ringRegionLayout(res.nchannels, res.nranks, res.p2pLanes, res.nslots,
-                                              res.slotBytes, res.llSlotBytes);
+  const RingRegionLayout l = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
+                                              res.nslots, res.slotBytes, res.llSlotBytes);
   auto line = [&](char* base, int peer, int which) {
     uint64_t conn =
         static_cast<uint64_t>(res.nchannels) + static_cast<uint64_t>(peer) * res.p2pLanes + lane;
@@ -315,7 +319,8 @@ Status publishTables(const RingSetupContext& ctx, RingResources* res, char* prev
   const int me = ctx.topology->myRank;
   char* own = res->own.base;
   std::vector<algo::RingChannel> table(res->nchannels);
-  for (int h = 0; h < res->nchannels; ++h) table[h] = connectionOf(*res, h, own, prevBase, nextBase);
+  for (int h = 0; h < res->nchannels; ++h)
+    table[h] = connectionOf(*res, h, own, prevBase, nextBase);
   FERRY_CHECK(
       copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
   std::vector<int32_t> ring(ctx.topology->ringOrder.begin(), ctx.topology->ringOrder.end());
@@ -356,6 +361,8 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   const int n = static_cast<int>(t.peers.size());
   RingResources& res = *out;
   res.nranks = n;
+  // Kernel p2p needs every peer mapped: across hosts it has no connections.
+  res.peerConns = t.nHosts > 1 ? 0 : n;
   res.ringOrder = t.ringOrder;
   res.nchannels = resolveChannels(ctx);
   FERRY_CHECK(resolveFifo(ctx, &res));
@@ -365,13 +372,13 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   }
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];
   const int nextRank = t.ringOrder[(res.pos + 1) % n];
-  const bool remoteHop = t.links[prevRank] == PeerLink::OtherHost ||
-                         t.links[nextRank] == PeerLink::OtherHost;
+  const bool remoteHop =
+      t.links[prevRank] == PeerLink::OtherHost || t.links[nextRank] == PeerLink::OtherHost;
   // The proxy writes this rank's flags (and, from a remote previous rank,
   // its FIFO): host memory then.
   res.shm = useShm(ctx) || remoteHop;
-  const RingRegionLayout layout =
-      ringRegionLayout(res.nchannels, n, res.p2pLanes, res.nslots, res.slotBytes, res.llSlotBytes);
+  const RingRegionLayout layout = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
+                                                   res.nslots, res.slotBytes, res.llSlotBytes);
   res.regionBytes = layout.bytes;
   res.collectiveFifoBytes =
       static_cast<uint64_t>(res.nchannels) * (layout.fifoBytes + layout.llFifoBytes);

@@ -49,6 +49,7 @@ struct RingRegion {
 
 struct RingResources {
   int nranks = 0;
+  int peerConns = 0;           // kernel-p2p connections in the region (nranks, 0 across hosts)
   int pos = 0;                 // this rank's ring position
   std::vector<int> ringOrder;  // rank at each ring position
   int nchannels = 0;
@@ -66,14 +67,14 @@ struct RingResources {
   uint64_t p2pLlLaneBytes = 0;
   uint32_t p2pLlSlots = 0;
   uint64_t p2pLlSlotBytes = 0;
-  bool shm = false;  // own region in host shared memory
-  uint64_t regionBytes = 0;           // the own region's size (memory this rank holds)
-  uint64_t collectiveFifoBytes = 0;   // of which the ring channels' FIFOs (LL and Simple)
+  bool shm = false;                  // own region in host shared memory
+  uint64_t regionBytes = 0;          // the own region's size (memory this rank holds)
+  uint64_t collectiveFifoBytes = 0;  // of which the ring channels' FIFOs (LL and Simple)
   RingRegion own;
   // Every rank's region as mapped here, by rank (the own entry only holds
   // `base`); ranks on other hosts stay unmapped (base null).
   std::vector<RingRegion> regions;
-  bool allPeersMapped = false;                  // kernel point-to-point can reach every rank
+  bool allPeersMapped = false;  // kernel point-to-point can reach every rank
   // A communicator spanning hosts: the hops that cross them (coll/ring_net.h).
   std::unique_ptr<RingNet> net;
   std::unique_ptr<rt::DeviceMemory> channels;   // algo::RingChannel[nchannels]

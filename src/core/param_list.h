@@ -103,10 +103,11 @@
     "NCCL's name for FERRY_P2P_LL_MAX_BYTES: sets the limit when set and that is not.")           \
   X(CollChannels, "FERRY_COLL_CHANNELS", Int, "0",                                                 \
     "Ring channels per communicator for collective kernels (one thread block each); 0: 64 on "  \
-    "CUDA, 2 on the host runtime.")                                                               \
+    "CUDA, 2 on the host runtime; across hosts 8 on CUDA.")                                       \
   X(CollSlots, "FERRY_COLL_SLOTS", Int, "8", "FIFO slots per collective channel (even, 2..64).") \
   X(CollSlotBytes, "FERRY_COLL_SLOT_BYTES", Int, "0",                                              \
-    "Bytes per collective FIFO slot (multiple of 16); 0: 256K on CUDA, 64K on the host runtime.") \
+    "Bytes per collective FIFO slot (multiple of 16); 0: 256K on CUDA, 64K on the host "         \
+    "runtime; across hosts (one network message a slot) 1M and 256K.")                          \
   X(CollLlSlotBytes, "FERRY_COLL_LL_SLOT_BYTES", Int, "0",                                         \
     "Bytes per LL (low-latency protocol) FIFO slot, half of them payload (multiple of 32); 0: "   \
     "32K on CUDA, 4K on the host runtime.")                                                       \

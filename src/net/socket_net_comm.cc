@@ -188,7 +188,8 @@ void Comm::checkPeerAlive() {
     return fail(ncclSystemError, "net/socket: protocol error: %s wrote on the control socket",
                 peer_.c_str());
   }
-  if (n == 0) return closedByPeer("net/socket: the receiver %s closed the connection", peer_.c_str());
+  if (n == 0)
+    return closedByPeer("net/socket: the receiver %s closed the connection", peer_.c_str());
   fail(ncclSystemError, "net/socket: the receiver %s reset the connection: %s", peer_.c_str(),
        strerror(errno));
 }

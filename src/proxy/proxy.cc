@@ -171,8 +171,8 @@ bool Proxy::stepRingHops() {
     for (RingHop* h : set.hops) {
       Status s = h->step(&moved);
       if (s != ncclSuccess && set.onFail) {
-        set.onFail(h->peer, "the collective ring's " + h->describe() + " failed: " +
-                                statusString(s));
+        set.onFail(h->peer,
+                   "the collective ring's " + h->describe() + " failed: " + statusString(s));
       }
     }
   }

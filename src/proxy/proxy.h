@@ -102,7 +102,7 @@ class Proxy {
     std::vector<RingHop*> hops;
     std::function<void(int, const std::string&)> onFail;
   };
-  std::mutex hopMu_;             // guards hopSets_; the proxy thread steps hops under it
+  std::mutex hopMu_;  // guards hopSets_; the proxy thread steps hops under it
   std::vector<HopSet> hopSets_;
 
   // Proxy-thread state.

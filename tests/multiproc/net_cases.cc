@@ -378,7 +378,8 @@ RingHops ringHopsOf(const Ctx& ctx) {
       if (hostOf(r) == h) ring.push_back(r);
     }
   }
-  const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), ctx.env.rank) - ring.begin());
+  const int pos =
+      static_cast<int>(std::find(ring.begin(), ring.end(), ctx.env.rank) - ring.begin());
   const int prev = ring[(pos + n - 1) % n], next = ring[(pos + 1) % n];
   const long long channels = 2;
   RingHops h;
@@ -412,8 +413,8 @@ void casePlugin(Ctx& ctx) {
          ctx.env.rank, counter("listen"), counter("connect"), counter("accept"),
          counter("closeListen"));
   const RingHops hops = ringHopsOf(ctx);
-  EXPECT_TRUE(counter("listen") == remote + hops.listens,
-              "listen called %lld times, %lld expected", counter("listen"), remote + hops.listens);
+  EXPECT_TRUE(counter("listen") == remote + hops.listens, "listen called %lld times, %lld expected",
+              counter("listen"), remote + hops.listens);
   EXPECT_TRUE(counter("connect") >= remote + hops.sends, "connect called %lld times",
               counter("connect"));
   EXPECT_TRUE(counter("accept") >= remote + hops.listens, "accept called %lld times",
