@@ -34,4 +34,12 @@ if(FERRY_CUDA)
             $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 150 $<TARGET_FILE:gpu_coll_graph>)
   set_tests_properties(gpu.coll.graph PROPERTIES LABELS gpu TIMEOUT 180 SKIP_RETURN_CODE 77
     ENVIRONMENT "NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P")
+  # The same all-reduce graph with the ring crossing two emulated hosts: the
+  # proxy's persistent ring hops follow every replay.
+  add_test(NAME gpu.coll.graph.hosts
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 1
+            $<TARGET_FILE:ferry-run> -n 2 --hosts 2 --runtime cuda --timeout 150
+            $<TARGET_FILE:gpu_coll_graph>)
+  set_tests_properties(gpu.coll.graph.hosts PROPERTIES LABELS gpu TIMEOUT 180 SKIP_RETURN_CODE 77
+    ENVIRONMENT "FERRY_TEST_GRAPH_COLL_ONLY=1;NCCL_SOCKET_IFNAME=lo")
 endif()
