@@ -124,7 +124,15 @@ void caseInit(const Ctx& ctx) {
   }
   EXPECT_OK(ncclFerryBootstrapBarrier(world));
   // Rank 0's last root thread may still be exiting: allow it one thread/fd.
-  int fds1 = ferry::test::countOpenFds(), threads1 = ferry::test::countThreads();
+  // The proxy closes its end of a peer's RPC connection when it sees the
+  // peer close it (asynchronously, within milliseconds): wait up to 2 s
+  // for the count to settle before calling anything a leak.
+  int fds1 = ferry::test::countOpenFds();
+  for (int i = 0; i < 200 && fds1 > fds0 + 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    fds1 = ferry::test::countOpenFds();
+  }
+  int threads1 = ferry::test::countThreads();
   long rss1 = ferry::test::rssKiB();
   printf("after %d init/destroy: fds %d -> %d, threads %d -> %d, rss %ld -> %ld KiB\n", kIters,
          fds0, fds1, threads0, threads1, rss0, rss1);
