@@ -14,9 +14,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kNetDev = 0;  // as the point-to-point connections (net_setup.cc)
 
-uint64_t* flagLine(char* base, int channel, int which) {
-  return reinterpret_cast<uint64_t*>(base +
-                                     (static_cast<uint64_t>(channel) * 3 + which) * kRingFlagLine);
+// One hop of channel `channel` with `peer`, its engine connection not yet
+// made (a receiver listens once its handle has a place to go).
+std::unique_ptr<RingHop> newHop(net::NetEngine* engine, bool isSend, int peer, int channel) {
+  auto hop = std::make_unique<RingHop>();
+  hop->isSend = isSend;
+  hop->peer = peer;
+  hop->channel = channel;
+  hop->link = std::make_unique<NetLink>(engine, kNetDev, isSend);
+  return hop;
 }
 
 // Drives every hop's connect or accept until all have their comm.
@@ -73,11 +79,7 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
   for (auto& h : handles) h.fill(0);
   if (engine != nullptr && prevRemote) {
     for (int c = 0; c < nchannels; ++c) {
-      auto hop = std::make_unique<RingHop>();
-      hop->isSend = false;
-      hop->peer = prevRank;
-      hop->channel = c;
-      hop->link = std::make_unique<NetLink>(engine, kNetDev, false);
+      auto hop = newHop(engine, false, prevRank, c);
       FERRY_CHECK(engine->listen(kNetDev, handles[t.myRank * nchannels + c].data(),
                                  &hop->link->listenComm));
       out->hops.push_back(std::move(hop));
@@ -90,14 +92,7 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
   std::vector<NetHandle> nextHandles(handles.begin() + nextRank * nchannels,
                                      handles.begin() + (nextRank + 1) * nchannels);
   if (nextRemote) {
-    for (int c = 0; c < nchannels; ++c) {
-      auto hop = std::make_unique<RingHop>();
-      hop->isSend = true;
-      hop->peer = nextRank;
-      hop->channel = c;
-      hop->link = std::make_unique<NetLink>(engine, kNetDev, true);
-      out->hops.push_back(std::move(hop));
-    }
+    for (int c = 0; c < nchannels; ++c) out->hops.push_back(newHop(engine, true, nextRank, c));
   }
   FERRY_CHECK(connectHops(ctx, nextHandles, out->hops));
 
@@ -121,12 +116,12 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
     h->slotBytes = slotBytes;
     if (h->isSend) {
       h->fifo = *nextBase + layout.fifos + c * fifoBytes;
-      h->kernelWord = flagLine(*nextBase, c, 0);  // the kernel's sendTail
-      h->proxyWord = flagLine(ownCpu, c, 1);      // the kernel's sendHead
+      h->kernelWord = ringFlagLine(*nextBase, c, 0);  // the kernel's sendTail
+      h->proxyWord = ringFlagLine(ownCpu, c, 1);      // the kernel's sendHead
     } else {
       h->fifo = ownCpu + layout.fifos + c * fifoBytes;
-      h->kernelWord = flagLine(*prevBase, c, 1);  // the kernel's recvHead
-      h->proxyWord = flagLine(ownCpu, c, 0);      // the kernel's recvTail
+      h->kernelWord = ringFlagLine(*prevBase, c, 1);  // the kernel's recvHead
+      h->proxyWord = ringFlagLine(ownCpu, c, 0);      // the kernel's recvTail
     }
     FERRY_CHECK(h->link->regMr(h->fifo, fifoBytes, &h->mhandle));
   }

@@ -250,9 +250,8 @@ algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, ch
   const int remoteConn = conn;
   const RingRegionLayout l = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
                                               res.nslots, res.slotBytes, res.llSlotBytes);
-  auto line = [&](char* base, int c, int which) {
-    return reinterpret_cast<uint64_t*>(base +
-                                       (static_cast<uint64_t>(c) * 3 + which) * kRingFlagLine);
+  auto line = [](char* base, int c, int which) {
+    return ringFlagLine(base, static_cast<uint64_t>(c), which);
   };
   auto fifo = [&](char* base, int c) { return base + l.fifos + c * l.fifoBytes; };
   algo::RingChannel c{};
@@ -279,7 +278,7 @@ algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t l
   auto line = [&](char* base, int peer, int which) {
     uint64_t conn =
         static_cast<uint64_t>(res.nchannels) + static_cast<uint64_t>(peer) * res.p2pLanes + lane;
-    return reinterpret_cast<uint64_t*>(base + (conn * 3 + which) * kRingFlagLine);
+    return ringFlagLine(base, conn, which);
   };
   auto fifo = [&](char* base, int peer) {
     return base + l.fifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.fifoBytes +

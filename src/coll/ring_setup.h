@@ -105,6 +105,11 @@ struct RingResources {
 // flags and LL FIFOs start zeroed (an LL line's flag must never match by
 // accident).
 constexpr uint64_t kRingFlagLine = 128;
+// Flag line `which` (0 tail, 1 head, 2 LL head) of connection `conn` in a
+// region (or a mirror of one) at `base`.
+inline uint64_t* ringFlagLine(char* base, uint64_t conn, int which) {
+  return reinterpret_cast<uint64_t*>(base + (conn * 3 + which) * kRingFlagLine);
+}
 struct RingRegionLayout {
   uint64_t llFifos = 0;  // offset of the first LL FIFO
   uint64_t fifos = 0;    // offset of the first FIFO; [0, fifos) zeroed

@@ -37,7 +37,6 @@
 namespace ferry {
 
 struct RingHop {
- public:
   bool isSend = false;
   int peer = -1;     // the rank on the other host
   int channel = -1;  // ring channel
