@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone collnet
+#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone collnet memory
 set -uo pipefail
 src=$1
 shift
@@ -514,6 +514,27 @@ for s in $stages; do
       -f 4 -w 2 -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
       >"$out/collnet-bench.txt" 2>&1
     echo "collnet bench exit $?"; grep -v "^\[1\]" "$out/collnet-bench.txt" | grep -v INFO | tail -40
+    ;;
+  memory)
+    # What communicators hold (issue 19): many split communicators, the
+    # collective rings on first use. One rank per GPU where there are two;
+    # with one GPU, a 1-rank communicator and two emulated hosts.
+    stage memory
+    export NCCL_SOCKET_IFNAME=lo
+    ngpu=$(nvidia-smi -L | grep -c '^GPU')
+    if [ "$ngpu" -ge 2 ]; then
+      sets="2:1:many_64 2:1:window"
+    else
+      sets="1:1:many_64 2:2:many_16"
+    fi
+    for v in $sets; do
+      IFS=: read -r n hosts args <<<"$v"
+      for rc in 1 0; do
+        NCCL_RUNTIME_CONNECT=$rc timeout 200 $b/tools/ferry-run/ferry-run -n $n --hosts $hosts \
+          --runtime cuda --timeout 190 $b/tests/mp_memory ${args//_/ } >"$out/memory-$n-$hosts-$rc.log" 2>&1
+        echo "mp_memory ${args//_/ } n=$n hosts=$hosts NCCL_RUNTIME_CONNECT=$rc: exit $? $(grep -hE 'many:|PASS|FAIL' "$out/memory-$n-$hosts-$rc.log" | head -4 | tr '\n' ' ')"
+      done
+    done
     ;;
   overlap)
     stage overlap

@@ -62,3 +62,28 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommPeerStats(ncclComm_t comm, in
     return ncclSuccess;
   });
 }
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommMemory(ncclComm_t comm,
+                                                          unsigned long long* heldBytes,
+                                                          unsigned long long* collectiveFifoBytes) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    FERRY_CHECK(readyComm(comm, __func__, &c));
+    if (heldBytes != nullptr) *heldBytes = c->coll()->regionBytes();
+    if (collectiveFifoBytes != nullptr) *collectiveFifoBytes = c->coll()->collectiveFifoBytes();
+    return ncclSuccess;
+  });
+}
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclFerryWindowInfo(ncclComm_t comm, ncclWindow_t win,
+                                                          int* peersMapped, int* mappable) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    FERRY_CHECK(readyComm(comm, __func__, &c));
+    const Window* w = nullptr;
+    FERRY_CHECK(c->windows().find(reinterpret_cast<Window*>(win), &w));
+    if (peersMapped != nullptr) *peersMapped = w->peersMapped;
+    if (mappable != nullptr) *mappable = w->mappable ? 1 : 0;
+    return ncclSuccess;
+  });
+}

@@ -11,10 +11,6 @@ using namespace ferry;
   }                                                                    \
   FERRY_PNCCL_ALIAS(ret, name, params)
 
-FERRY_PENDING(ncclResult_t, ncclCommWindowRegister,
-              (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
-FERRY_PENDING(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
-
 // NCCL's device API (nccl_device.h) entry points that PyTorch links. Ferry has
 // no device-side API; the types are opaque here, the C ABI only needs pointers.
 FERRY_PENDING(ncclResult_t, ncclDevCommCreate,

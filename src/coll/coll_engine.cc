@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "coll/host_kernel.h"
+#include "transport/net_setup.h"
 #include "core/log.h"
+#include "runtime/device_scope.h"
 
 namespace ferry {
 namespace {
@@ -110,7 +112,7 @@ Status parseProtocols(const std::string& text, bool* ll, bool* simple) {
 
 CollEngine::~CollEngine() {
   (void)shutdown(10000);
-  // The hops point into ring_: the proxy lets go of them before it goes.
+  // The hops point into rings_: the proxy lets go of them before it goes.
   if (proxy_ != nullptr) proxy_->removeRingHops(this);
 }
 
@@ -153,19 +155,37 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   e->llChannelBytes_ = llChannel > 0 ? static_cast<uint64_t>(llChannel) : 1;
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
-  FERRY_CHECK(setupRing(ctx, &e->ring_));
-  if (ctx.topology->nHosts > 1 && e->llMaxBytes_ > 0) {
-    // LL lines carry no tail counter for the proxy to follow across hosts.
-    FERRY_INFO(kLogInit | kLogColl, "collectives: Simple protocol only (ring across hosts)");
-    e->llMaxBytes_ = 0;
+  e->ctx_ = ctx;
+  FERRY_CHECK(setupRing(ctx, RingPart::Peers, &e->peers_));
+  if (ctx.topology->nHosts > 1) {
+    // A ring across hosts needs a network engine (every rank of such a
+    // communicator has peers on other hosts, so every rank asks).
+    net::NetEngine* engine = nullptr;
+    FERRY_CHECK(netEngineFor(ctx, &engine));
+    e->ringPossible_ = engine != nullptr;
+    if (e->llMaxBytes_ > 0) {
+      // LL lines carry no tail counter for the proxy to follow across hosts.
+      FERRY_INFO(kLogInit | kLogColl, "collectives: Simple protocol only (ring across hosts)");
+      e->llMaxBytes_ = 0;
+    }
   }
-  if (e->ring_.net && !e->ring_.net->hops.empty()) {
-    std::vector<RingHop*> hops;
-    for (auto& h : e->ring_.net->hops) hops.push_back(h.get());
-    CollEngine* raw = e.get();
-    e->proxy_ = ctx.proxy;
-    ctx.proxy->addRingHops(raw, std::move(hops),
-                           [raw](int peer, const std::string& why) { raw->hopFailed(peer, why); });
+  // One process driving several ranks (ncclCommInitAll, JAX, nccl-tests
+  // -g) may issue a collective on each of them one after another outside a
+  // group: a setup at first use would wait on the same thread's next call.
+  // Their inits run together, so the ring is made there.
+  const auto& links = ctx.topology->links;
+  const bool sameProcessPeers = std::count(links.begin(), links.end(), PeerLink::SameProcess) > 0;
+  if (ctx.params->getInt(ParamId::RuntimeConnect) == 0 || sameProcessPeers) {
+    if (sameProcessPeers) {
+      FERRY_INFO(kLogInit | kLogColl, "collectives: rings made at init (ranks in one process)");
+    }
+    // Each protocol some collective may use (NCCL_PROTO can rule one out).
+    if (e->llMaxBytes_ > 0) FERRY_CHECK(e->connect(algo::kProtoLL));
+    if (e->llMaxBytes_ != UINT64_MAX) FERRY_CHECK(e->connect(algo::kProtoSimple));
+  } else {
+    FERRY_INFO(kLogInit | kLogColl,
+               "collectives: each protocol's ring is made by the first collective using it "
+               "(NCCL_RUNTIME_CONNECT=0 makes them at init)");
   }
   // Kernel p2p's LL limit: FERRY_P2P_LL_MAX_BYTES, else NCCL's
   // NCCL_P2P_LL_THRESHOLD; none when NCCL_PROTO excludes LL (a malformed
@@ -243,23 +263,23 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
   *threads = 0;
   const bool copy = t.coll == algo::kCollAllGather || t.coll == algo::kCollBroadcast;
   const uint64_t elt = algo::typeBytes(t.dataType);
-  a->coll = t.coll;
-  a->nranks = ring_.nranks;
-  a->pos = ring_.pos;
-  a->rootPos = 0;
-  for (int p = 0; p < ring_.nranks; ++p) {
-    if (t.root == ring_.ringOrder[p]) a->rootPos = p;
-  }
-  a->nslots = ring_.nslots;
-  a->count = copy ? t.count * elt : t.count;
-  const bool perRank = t.coll == algo::kCollAllGather || t.coll == algo::kCollReduceScatter;
   // Protocol and channels by the collective's whole size (every rank's data
   // for the per-rank layouts), the same on every rank.
-  const uint64_t bytes = t.count * elt * (perRank ? ring_.nranks : 1);
-  a->proto = bytes <= llMaxBytes_ ? algo::kProtoLL : algo::kProtoSimple;
-  a->slotBytes = a->proto == algo::kProtoLL ? ring_.llSlotBytes : ring_.slotBytes;
+  uint64_t bytes = 0;
+  a->proto = protoOf(t, &bytes);
+  const RingResources& ring = rings_[a->proto];
+  a->coll = t.coll;
+  a->nranks = ring.nranks;
+  a->pos = ring.pos;
+  a->rootPos = 0;
+  for (int p = 0; p < ring.nranks; ++p) {
+    if (t.root == ring.ringOrder[p]) a->rootPos = p;
+  }
+  a->nslots = ring.nslots;
+  a->count = copy ? t.count * elt : t.count;
+  a->slotBytes = a->proto == algo::kProtoLL ? ring.llSlotBytes : ring.slotBytes;
   a->nchannels =
-      channelsFor(bytes, a->proto == algo::kProtoLL ? llChannelBytes_ : 64 << 10, ring_.nchannels);
+      channelsFor(bytes, a->proto == algo::kProtoLL ? llChannelBytes_ : 64 << 10, ring.nchannels);
   if (a->proto == algo::kProtoLL) {
     // One thread per LL line of a step, in whole warps, at most 256: bigger
     // blocks cost ~1.3 us per launch on H200 (measured: a 4 KiB all-reduce
@@ -268,15 +288,15 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
     const uint64_t nch = static_cast<uint64_t>(a->nchannels);
     const bool pipeline = t.coll == algo::kCollBroadcast || t.coll == algo::kCollReduce;
     const uint64_t step = std::min<uint64_t>(
-        algo::ceilDiv(bytes, nch * (pipeline ? 1 : static_cast<uint64_t>(ring_.nranks))),
-        ring_.llSlotBytes / 2);
+        algo::ceilDiv(bytes, nch * (pipeline ? 1 : static_cast<uint64_t>(ring.nranks))),
+        ring.llSlotBytes / 2);
     *threads = static_cast<unsigned>(
         std::min<uint64_t>(kLlMaxThreads, algo::roundUp(algo::ceilDiv(step, 8), 32)));
   }
   a->sendbuff = t.sendbuff;
   a->recvbuff = t.recvbuff;
-  a->channels = ring_.channelArray();
-  a->ringRanks = ring_.ringRankArray();
+  a->channels = ring.channelArray();
+  a->ringRanks = ring.ringRankArray();
   a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
   a->timeoutNs = static_cast<uint64_t>(timeoutNs_);
   *kernelType = copy ? algo::kInt8 : t.dataType;
@@ -372,27 +392,27 @@ void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
     }
   }
   a->nblocks = b;
-  a->pos = ring_.pos;
-  a->nslots = ring_.p2pLaneSlots;
-  a->lanes = ring_.p2pLanes;
-  a->slotBytes = ring_.p2pLaneSlotBytes;
-  a->laneBytes = ring_.p2pLaneBytes;
+  a->pos = peers_.pos;
+  a->nslots = peers_.p2pLaneSlots;
+  a->lanes = peers_.p2pLanes;
+  a->slotBytes = peers_.p2pLaneSlotBytes;
+  a->laneBytes = peers_.p2pLaneBytes;
   a->llMaxBytes = p2pLlMaxBytes_;
-  a->llSlotBytes = ring_.p2pLlSlotBytes;
-  a->llSlots = ring_.p2pLlSlots;
-  a->llLaneBytes = static_cast<uint32_t>(ring_.p2pLlLaneBytes);
-  a->peerChannels = ring_.peerChannelArray();
+  a->llSlotBytes = peers_.p2pLlSlotBytes;
+  a->llSlots = peers_.p2pLlSlots;
+  a->llLaneBytes = static_cast<uint32_t>(peers_.p2pLlLaneBytes);
+  a->peerChannels = peers_.peerChannelArray();
   a->abortFlag = static_cast<const volatile uint32_t*>(abortWord_->ptr());
   a->timeoutNs = static_cast<uint64_t>(p2pTimeoutNs_);
 }
 
 Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   if (shutDown_) FERRY_FAIL(ncclInvalidUsage, "send/recv on a communicator being destroyed");
-  if (!ring_.allPeersMapped) {
+  if (!peers_.allPeersMapped) {
     FERRY_FAIL(ncclInvalidUsage, "kernel point-to-point needs every rank on this host");
   }
   P2pPlan plan;
-  FERRY_CHECK(planP2p(tasks, ring_, p2pLlMaxBytes_, &plan));
+  FERRY_CHECK(planP2p(tasks, peers_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
   if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;
@@ -450,8 +470,72 @@ Status CollEngine::launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, 
   return capturing ? ncclSuccess : recordLaunch(main, handles[0]);
 }
 
+int CollEngine::protoOf(const CollTask& t, uint64_t* bytes) const {
+  const bool perRank = t.coll == algo::kCollAllGather || t.coll == algo::kCollReduceScatter;
+  *bytes = t.count * algo::typeBytes(t.dataType) *
+           (perRank ? static_cast<uint64_t>(ctx_.topology->peers.size()) : 1);
+  return *bytes <= llMaxBytes_ ? algo::kProtoLL : algo::kProtoSimple;
+}
+
+Status CollEngine::connect(int proto) {
+  if (connectDone_[proto]) return connectStatus_[proto];
+  connectDone_[proto] = true;
+  const bool ll = proto == algo::kProtoLL;
+  RingResources& ring = rings_[proto];
+  auto start = std::chrono::steady_clock::now();
+  {
+    // The first collective may be inside the user's graph capture.
+    rt::RelaxedCaptureScope relaxed(runtime_);
+    connectStatus_[proto] = setupRing(ctx_, ll ? RingPart::Ll : RingPart::Simple, &ring);
+  }
+  if (connectStatus_[proto] != ncclSuccess) {
+    FERRY_WARN(
+        "rank %d: setting up the collective %s ring failed (%s); this communicator's "
+        "%s collectives fail from now on",
+        rank_, ll ? "LL" : "Simple", statusString(connectStatus_[proto]), ll ? "LL" : "Simple");
+    return connectStatus_[proto];
+  }
+  if (ring.net && !ring.net->hops.empty()) {
+    std::vector<RingHop*> hops;
+    for (auto& h : ring.net->hops) hops.push_back(h.get());
+    proxy_ = ctx_.proxy;
+    proxy_->addRingHops(this, std::move(hops),
+                        [this](int peer, const std::string& why) { hopFailed(peer, why); });
+  }
+  connectedBytes_.fetch_add(ring.regionBytes, std::memory_order_relaxed);
+  connectedFifoBytes_.fetch_add(ring.collectiveFifoBytes, std::memory_order_relaxed);
+  FERRY_INFO(
+      kLogInit | kLogColl, "collectives: %s ring set up in %.1f ms (%.1f MiB)",
+      ll ? "LL" : "Simple",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+      ring.regionBytes / 1048576.0);
+  return ncclSuccess;
+}
+
+bool CollEngine::needsConnect(const std::vector<CollTask>& tasks) const {
+  uint64_t bytes = 0;
+  for (const CollTask& t : tasks) {
+    if (ringPossible_ && !connectDone_[protoOf(t, &bytes)]) return true;
+  }
+  return false;
+}
+
+Status CollEngine::connectFor(const std::vector<CollTask>& tasks) {
+  bool want[2] = {false, false};
+  uint64_t bytes = 0;
+  for (const CollTask& t : tasks) want[protoOf(t, &bytes)] = true;
+  // LL first, then Simple: the same order on every rank (same tasks).
+  if (want[algo::kProtoLL]) FERRY_CHECK(connect(algo::kProtoLL));
+  if (want[algo::kProtoSimple]) FERRY_CHECK(connect(algo::kProtoSimple));
+  return ncclSuccess;
+}
+
 Status CollEngine::launch(const std::vector<CollTask>& tasks) {
   if (shutDown_) FERRY_FAIL(ncclInvalidUsage, "collective on a communicator being destroyed");
+  if (!ringPossible_) {
+    FERRY_FAIL(ncclInvalidUsage, "rank %d: this communicator has no collective ring", rank_);
+  }
+  FERRY_CHECK(connectFor(tasks));
   for (const CollTask& t : tasks) FERRY_CHECK(launchOne(t));
   return ncclSuccess;
 }

@@ -69,15 +69,28 @@ class CollEngine {
   // Collective over the communicator: sets up the ring (see ring_setup.h).
   [[nodiscard]] static Status create(const RingSetupContext& ctx, std::unique_ptr<CollEngine>* out);
 
-  // Whether collectives can run (false when the communicator spans hosts);
-  // the API checks it before a task joins a group.
-  bool available() const { return ring_.nchannels > 0; }
-  // Memory this rank holds for collectives and kernel p2p (its ring region:
+  // Whether collectives can run (false when the communicator spans hosts
+  // without a network engine); the API checks it before a task joins a group.
+  bool available() const { return ringPossible_; }
+  // Memory this rank holds for collectives and kernel p2p (its regions:
   // device memory, or host shared memory with SHM), and the collective
-  // channels' share of it.
-  uint64_t regionBytes() const { return ring_.regionBytes; }
-  uint64_t collectiveFifoBytes() const { return ring_.collectiveFifoBytes; }
-  bool regionInHostMemory() const { return ring_.shm; }
+  // channels' share of it (0 until the first collective, by default).
+  uint64_t regionBytes() const {
+    return peers_.regionBytes + connectedBytes_.load(std::memory_order_relaxed);
+  }
+  uint64_t collectiveFifoBytes() const {
+    return connectedFifoBytes_.load(std::memory_order_relaxed);
+  }
+  bool regionInHostMemory() const { return peers_.shm || rings_[0].shm || rings_[1].shm; }
+
+  // Whether launching these tasks first sets up a protocol's ring (a
+  // collective step on the bootstrap: groupEnd runs several communicators'
+  // setups concurrently).
+  bool needsConnect(const std::vector<CollTask>& tasks) const;
+  // Sets up the rings these tasks' protocols use, each once (every rank at
+  // the same collective: the protocol is a function of the size); a failure
+  // sticks to its protocol.
+  [[nodiscard]] Status connectFor(const std::vector<CollTask>& tasks);
 
   // Validates what only the engine knows (the op table) before a task is
   // accepted into a group.
@@ -113,6 +126,10 @@ class CollEngine {
     const void* ptr = nullptr;
   };
   CollEngine() = default;
+  // The protocol (algo::kProtoLL / kProtoSimple) and total bytes of a task.
+  int protoOf(const CollTask& t, uint64_t* bytes) const;
+  // Sets up protocol `proto`'s ring once.
+  [[nodiscard]] Status connect(int proto);
   // *threads: the block size for this launch (0: the kernel's default).
   [[nodiscard]] Status fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType,
                                 unsigned* threads) const;
@@ -129,11 +146,22 @@ class CollEngine {
   [[nodiscard]] Status waitKernels(int64_t timeoutMs);
 
   rt::Runtime* runtime_ = nullptr;
+  RingSetupContext ctx_;    // the communicator's: lives as long as this engine
   Proxy* proxy_ = nullptr;  // set when the ring has hops across hosts
   std::mutex failMu_;       // guards onFailure_
   std::function<void(int, const std::string&)> onFailure_;
   int rank_ = -1;
-  RingResources ring_;
+  // The collective channels, by protocol (algo::kProtoLL, kProtoSimple),
+  // each made by connect().
+  RingResources rings_[2];
+  RingResources peers_;  // kernel p2p's connections (made at init)
+  bool ringPossible_ = true;
+  bool connectDone_[2] = {false, false};
+  Status connectStatus_[2] = {ncclSuccess, ncclSuccess};
+  // The rings' regionBytes and collectiveFifoBytes, summed as they are set
+  // up (any thread reads).
+  std::atomic<uint64_t> connectedBytes_{0};
+  std::atomic<uint64_t> connectedFifoBytes_{0};
   std::unique_ptr<rt::HostMemory> abortWord_;  // uint32, device-mapped
   int64_t timeoutNs_ = 0;                      // FERRY_COLL_TIMEOUT
   int64_t p2pTimeoutNs_ = 0;                   // FERRY_P2P_TIMEOUT (kernel p2p)

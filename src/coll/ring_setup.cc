@@ -22,8 +22,9 @@ static_assert(std::is_trivially_copyable_v<RegionInfo>);
 
 // RPC keys of collective regions: bit 63 set, never a p2p key (those put the
 // sender rank at bit 33 and up).
-uint64_t regionKey(int owner) {
-  return (1ULL << 63) | static_cast<uint64_t>(owner);
+// Bits 61-62 tell the parts apart (ranks stay far below 2^30).
+uint64_t regionKey(int owner, RingPart part) {
+  return (1ULL << 63) | (static_cast<uint64_t>(part) << 61) | static_cast<uint64_t>(owner);
 }
 
 int resolveChannels(const RingSetupContext& ctx) {
@@ -177,12 +178,12 @@ Status uploadSync(rt::Runtime* runtime, void* dst, const void* src, size_t bytes
 }
 
 Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroBytes, bool shm,
-                     RingRegion* r, RegionInfo* info) {
+                     RingPart part, RingRegion* r, RegionInfo* info) {
   memset(info, 0, sizeof(*info));
   info->shm = shm ? 1 : 0;
   info->bytes = bytes;
   snprintf(info->proxyName, sizeof(info->proxyName), "%s", ctx.proxy->rpc().name().c_str());
-  const uint64_t key = regionKey(ctx.topology->myRank);
+  const uint64_t key = regionKey(ctx.topology->myRank, part);
   if (shm) {
     FERRY_CHECK(SharedRegion::create(bytes, "ferry-ring", &r->shared));  // zero-filled
     FERRY_CHECK(ctx.runtime->registerHost(r->shared->data(), r->shared->size(), &r->registration));
@@ -207,7 +208,7 @@ Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroB
   return ncclSuccess;
 }
 
-Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& info,
+Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& info, RingPart part,
                      RingRegion* r) {
   const Topology& t = *ctx.topology;
   bool sameProcess = t.links[owner] == PeerLink::SameProcess || owner == t.myRank;
@@ -222,7 +223,7 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
   if (needFd) {
     std::unique_ptr<RpcClient> rpc;
     FERRY_CHECK(RpcClient::connect(info.proxyName, ctx.timeoutMs, ctx.abortFlag, &rpc));
-    FERRY_CHECK(rpc->fetch(RpcKind::Resource, ctx.commKey, regionKey(owner), ctx.timeoutMs,
+    FERRY_CHECK(rpc->fetch(RpcKind::Resource, ctx.commKey, regionKey(owner, part), ctx.timeoutMs,
                            ctx.abortFlag, &fd, &size));
   }
   if (info.shm != 0) {
@@ -309,28 +310,31 @@ Status copyTable(const RingSetupContext& ctx, const void* data, size_t bytes,
   return uploadSync(ctx.runtime, (*out)->ptr(), data, bytes);
 }
 
-// Copies the channel tables and ring order into executor-visible memory.
+// Copies the channel table and ring order into executor-visible memory.
 // prevBase / nextBase: the neighbours' regions as mapped here, or the
 // mirrors standing in for neighbours on other hosts.
-Status publishTables(const RingSetupContext& ctx, RingResources* res, char* prevBase,
-                     char* nextBase) {
-  const int n = res->nranks;
-  const int me = ctx.topology->myRank;
-  char* own = res->own.base;
+Status publishRingTables(const RingSetupContext& ctx, RingResources* res, char* prevBase,
+                         char* nextBase) {
   std::vector<algo::RingChannel> table(res->nchannels);
   for (int h = 0; h < res->nchannels; ++h)
-    table[h] = connectionOf(*res, h, own, prevBase, nextBase);
+    table[h] = connectionOf(*res, h, res->own.base, prevBase, nextBase);
   FERRY_CHECK(
       copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
   std::vector<int32_t> ring(ctx.topology->ringOrder.begin(), ctx.topology->ringOrder.end());
-  FERRY_CHECK(copyTable(ctx, ring.data(), sizeof(int32_t) * ring.size(), &res->ringRanks));
-  if (!res->allPeersMapped) return ncclSuccess;
-  // Peer q's lanes: our slots for q's sends are peer FIFO q of our region,
-  // our sends to q land in peer FIFO me of q's region (lane l: slice l).
+  return copyTable(ctx, ring.data(), sizeof(int32_t) * ring.size(), &res->ringRanks);
+}
+
+// Kernel p2p's table. Peer q's lanes: our slots for q's sends are peer FIFO
+// q of our region, our sends to q land in peer FIFO me of q's region (lane
+// l: slice l).
+Status publishPeerTable(const RingSetupContext& ctx, RingResources* res) {
+  const int n = res->nranks;
+  const int me = ctx.topology->myRank;
   std::vector<algo::RingChannel> peers(static_cast<size_t>(n) * res->p2pLanes);
   for (int q = 0; q < n; ++q) {
     for (uint32_t lane = 0; lane < res->p2pLanes; ++lane) {
-      peers[q * res->p2pLanes + lane] = peerLaneOf(*res, q, me, lane, own, res->regions[q].base);
+      peers[q * res->p2pLanes + lane] =
+          peerLaneOf(*res, q, me, lane, res->own.base, res->regions[q].base);
     }
   }
   return copyTable(ctx, peers.data(), sizeof(algo::RingChannel) * peers.size(), &res->peerChannels);
@@ -355,24 +359,73 @@ RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uin
   return l;
 }
 
-Status setupRing(const RingSetupContext& ctx, RingResources* out) {
+namespace {
+
+// Maps every rank's region this part needs: the peers part every same-host
+// rank's (kernel p2p reaches any of them), a channels part only the ring
+// neighbours' (the only regions a ring kernel touches).
+Status mapRegions(const RingSetupContext& ctx, RingPart part, int prevRank, int nextRank,
+                  const std::vector<RegionInfo>& infos, RingResources* res) {
+  const Topology& t = *ctx.topology;
+  const int n = res->nranks;
+  res->allPeersMapped = part == RingPart::Peers;
+  for (int q = 0; q < n; ++q) {
+    if (t.links[q] == PeerLink::OtherHost) {
+      res->allPeersMapped = false;  // no kernel p2p across hosts
+    } else if (q != t.myRank && (part == RingPart::Peers || q == prevRank || q == nextRank)) {
+      FERRY_CHECK(mapPeerRegion(ctx, q, infos[q], part, &res->regions[q]));
+    }
+  }
+  return ncclSuccess;
+}
+
+void logPart(RingPart part, const RingResources& res, int prevRank, int nextRank) {
+  if (part == RingPart::Peers) {
+    FERRY_INFO(kLogInit | kLogP2p,
+               "kernel p2p: %d connections x %u lanes via %s (%u slots of %llu bytes, LL %u of "
+               "%llu), %.1f MiB",
+               res.peerConns, res.p2pLanes, res.shm ? "SHM" : "P2P/IPC", res.p2pLaneSlots,
+               static_cast<unsigned long long>(res.p2pLaneSlotBytes), res.p2pLlSlots,
+               static_cast<unsigned long long>(res.p2pLlSlotBytes), res.regionBytes / 1048576.0);
+    return;
+  }
+  const bool ll = part == RingPart::Ll;
+  FERRY_INFO(kLogInit | kLogColl,
+             "collectives: %s ring, position %d (prev rank %d, next rank %d) via %s, %d channels "
+             "x %u slots of %llu bytes, %.1f MiB",
+             ll ? "LL" : "Simple", res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC",
+             res.nchannels, res.nslots,
+             static_cast<unsigned long long>(ll ? res.llSlotBytes : res.slotBytes),
+             res.regionBytes / 1048576.0);
+}
+
+}  // namespace
+
+Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out) {
   const Topology& t = *ctx.topology;
   const int n = static_cast<int>(t.peers.size());
   RingResources& res = *out;
-  res.nranks = n;
+  const bool peers = part == RingPart::Peers;
   // Kernel p2p needs every peer mapped: across hosts it has no connections.
-  res.peerConns = t.nHosts > 1 ? 0 : n;
+  if (peers && t.nHosts > 1) return ncclSuccess;
+  res.nranks = n;
+  res.peerConns = peers ? n : 0;
   res.ringOrder = t.ringOrder;
-  res.nchannels = resolveChannels(ctx);
+  res.nchannels = peers ? 0 : resolveChannels(ctx);
   FERRY_CHECK(resolveFifo(ctx, &res));
   FERRY_CHECK(resolveLanes(ctx, n, &res));
+  // A protocol's part has no FIFOs of the other (peers: both).
+  if (part == RingPart::Ll) res.slotBytes = 0;
+  if (part == RingPart::Simple) res.llSlotBytes = 0;
   for (int i = 0; i < n; ++i) {
     if (t.ringOrder[i] == t.myRank) res.pos = i;
   }
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];
   const int nextRank = t.ringOrder[(res.pos + 1) % n];
-  const bool remoteHop =
-      t.links[prevRank] == PeerLink::OtherHost || t.links[nextRank] == PeerLink::OtherHost;
+  // Only Simple crosses hosts (LL lines carry no tail counter for the
+  // proxy to follow: CollEngine never runs LL across hosts).
+  const bool remoteHop = part == RingPart::Simple && (t.links[prevRank] == PeerLink::OtherHost ||
+                                                      t.links[nextRank] == PeerLink::OtherHost);
   // The proxy writes this rank's flags (and, from a remote previous rank,
   // its FIFO): host memory then.
   res.shm = useShm(ctx) || remoteHop;
@@ -382,23 +435,22 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
   res.collectiveFifoBytes =
       static_cast<uint64_t>(res.nchannels) * (layout.fifoBytes + layout.llFifoBytes);
   std::vector<RegionInfo> infos(n);
-  FERRY_CHECK(makeOwnRegion(ctx, layout.bytes, layout.fifos, res.shm, &res.own, &infos[t.myRank]));
+  FERRY_CHECK(
+      makeOwnRegion(ctx, layout.bytes, layout.fifos, res.shm, part, &res.own, &infos[t.myRank]));
   res.regions.resize(n);
   res.regions[t.myRank].base = res.own.base;
   if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(infos.data(), sizeof(RegionInfo)));
-  res.allPeersMapped = true;
-  for (int q = 0; q < n; ++q) {
-    if (t.links[q] == PeerLink::OtherHost) {
-      res.allPeersMapped = false;  // no kernel p2p across hosts
-    } else if (q != t.myRank) {
-      FERRY_CHECK(mapPeerRegion(ctx, q, infos[q], &res.regions[q]));
-    }
-  }
+  FERRY_CHECK(mapRegions(ctx, part, prevRank, nextRank, infos, &res));
   if (n > 1) FERRY_CHECK(ctx.bootstrap->barrier());  // everyone mapped: withdraw the offer
-  ctx.proxy->rpc().removeResource(ctx.commKey, regionKey(t.myRank));
+  ctx.proxy->rpc().removeResource(ctx.commKey, regionKey(t.myRank, part));
+  if (peers) {
+    FERRY_CHECK(publishPeerTable(ctx, &res));
+    logPart(part, res, prevRank, nextRank);
+    return ncclSuccess;
+  }
   char* prevBase = res.regions[prevRank].base;
   char* nextBase = res.regions[nextRank].base;
-  if (t.nHosts > 1) {
+  if (t.nHosts > 1 && part == RingPart::Simple) {
     res.net = std::make_unique<RingNet>();
     char* ownCpu = res.shm ? static_cast<char*>(res.own.shared->data()) : res.own.base;
     FERRY_CHECK(setupRingNet(ctx, res.nchannels, res.nslots, res.slotBytes, layout, prevRank,
@@ -409,16 +461,8 @@ Status setupRing(const RingSetupContext& ctx, RingResources* out) {
       return ncclSuccess;
     }
   }
-  FERRY_CHECK(publishTables(ctx, &res, prevBase, nextBase));
-  FERRY_INFO(kLogInit | kLogColl,
-             "collectives: ring position %d (prev rank %d, next rank %d) via %s, %d channels + "
-             "%d kernel-p2p connections x %u lanes (%u slots of %llu bytes, LL %u of %llu), %u "
-             "slots of %llu bytes (LL %llu), %.1f MiB",
-             res.pos, prevRank, nextRank, res.shm ? "SHM" : "P2P/IPC", res.nchannels, n,
-             res.p2pLanes, res.p2pLaneSlots, static_cast<unsigned long long>(res.p2pLaneSlotBytes),
-             res.p2pLlSlots, static_cast<unsigned long long>(res.p2pLlSlotBytes), res.nslots,
-             static_cast<unsigned long long>(res.slotBytes),
-             static_cast<unsigned long long>(res.llSlotBytes), layout.bytes / 1048576.0);
+  FERRY_CHECK(publishRingTables(ctx, &res, prevBase, nextBase));
+  logPart(part, res, prevRank, nextRank);
   return ncclSuccess;
 }
 

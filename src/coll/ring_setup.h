@@ -4,14 +4,24 @@
 // protocol is in algo/coll_ring.h). Separate from the SM-free p2p
 // connections, whose control blocks belong to the proxy's protocol.
 //
-// Each rank owns one region: flags, LL FIFOs, FIFOs (RingRegionLayout), for
-// the ring channels and then one connection per peer (kernel point-to-point).
+// Three parts, each one region per rank: flags, LL FIFOs, FIFOs
+// (RingRegionLayout). The peers part holds one connection per peer (kernel
+// point-to-point); the LL and Simple parts the ring channels' FIFOs of that
+// protocol (collectives). Apart because they are made at different times:
+// kernel p2p pairs two ranks at a time, so its connections must exist
+// before any message (made at init); the ring channels serve collectives
+// only, which every rank reaches in the same order, and a collective's
+// protocol is a function of its size alone, so each protocol's part is made
+// by the first collective that uses it (NCCL_RUNTIME_CONNECT=1, NCCL's
+// default): a communicator that only carries point-to-point holds no
+// collective FIFOs, and one whose collectives are all small only the LL
+// ones (16 MiB on CUDA instead of 144).
 // P2P: the region is device memory, mapped by every same-host rank through
 // IPC (host runtime: memfd). SHM (NCCL_P2P_DISABLE, or no peer access): host shared
 // memory registered with the device. The owner chooses; neighbours follow.
 //
-// Setup is collective (all-gather of region descriptors, a barrier) and runs
-// at communicator init, so no collective ever waits for a handshake.
+// Setup of either part is collective (all-gather of region descriptors, a
+// barrier) on the communicator's bootstrap.
 //
 // Lifetime: owned by the CollEngine; must outlive every kernel that uses it
 // (the engine waits for its last launch before freeing).
@@ -49,10 +59,10 @@ struct RingRegion {
 
 struct RingResources {
   int nranks = 0;
-  int peerConns = 0;           // kernel-p2p connections in the region (nranks, 0 across hosts)
+  int peerConns = 0;           // kernel-p2p connections in the region (peers part: nranks)
   int pos = 0;                 // this rank's ring position
   std::vector<int> ringOrder;  // rank at each ring position
-  int nchannels = 0;
+  int nchannels = 0;           // LL and Simple parts only
   uint32_t nslots = 0;
   uint64_t slotBytes = 0;
   uint64_t llSlotBytes = 0;
@@ -124,11 +134,15 @@ uint64_t p2pLlLaneShare(uint64_t peerLlFifoBytes, uint32_t lanes);
 RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uint32_t nslots,
                                   uint64_t slotBytes, uint64_t llSlotBytes);
 
-// Builds the ring connections; with one rank only the channel table (no
-// peers). Fails (the communicator's init fails) when a neighbour cannot be
-// reached. A communicator spanning hosts gets proxy-carried hops where the
-// ring crosses them (coll/ring_net.h), or, without a network engine, no
-// ring (`*out` stays empty, nchannels 0: collectives fail at call time).
-[[nodiscard]] Status setupRing(const RingSetupContext& ctx, RingResources* out);
+enum class RingPart { Peers, Ll, Simple };
+
+// Builds one part (collective: every rank calls it at the same point).
+// Fails when a neighbour cannot be reached. LL / Simple: the channels with
+// only that protocol's FIFOs (the other's have 0 bytes). Simple: a communicator
+// spanning hosts gets proxy-carried hops where the ring crosses them
+// (coll/ring_net.h), or, without a network engine, no ring (`*out` stays
+// empty, nchannels 0). Peers: nothing across hosts (kernel p2p needs every
+// peer mapped), `*out` stays empty.
+[[nodiscard]] Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out);
 
 }  // namespace ferry

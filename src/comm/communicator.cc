@@ -27,7 +27,8 @@ Communicator::~Communicator() {
   joinInit();
   (void)shutdownColl(true);
   (void)shutdownP2p(true);
-  coll_.reset();  // before the proxy the p2p engine holds goes away
+  windows_.clear();  // windows never deregistered: their peer mappings go
+  coll_.reset();     // before the proxy the p2p engine holds goes away
   p2p_.reset();
 }
 

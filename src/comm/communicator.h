@@ -25,6 +25,7 @@
 #include "bootstrap/bootstrap.h"
 #include "coll/coll_engine.h"
 #include "comm/liveness.h"
+#include "comm/windows.h"
 #include "comm/config.h"
 #include "enqueue/p2p_engine.h"
 #include "core/params.h"
@@ -103,6 +104,8 @@ class Communicator {
   // Waits for (or, with abort, stops) running collective kernels.
   [[nodiscard]] Status shutdownColl(bool abort);
   const std::atomic<bool>* abortFlag() const { return &abortFlag_; }
+  // ncclCommWindowRegister's windows (valid once init succeeded).
+  WindowTable& windows() { return windows_; }
   uint64_t nextSplitTag() { return splitCount_++; }
 
  private:
@@ -122,6 +125,7 @@ class Communicator {
   Topology topology_;
   std::unique_ptr<P2pEngine> p2p_;
   std::unique_ptr<CollEngine> coll_;
+  WindowTable windows_{this};
   // Declared last of the engines: destroyed first, so no callback of its
   // monitor thread can reach an engine being torn down.
   std::unique_ptr<LivenessRing> liveness_;

@@ -155,6 +155,30 @@ double estimateUs(const std::vector<std::pair<Communicator*, std::vector<CollTas
   return slowest;
 }
 
+// The first collective of a communicator sets up its ring (a collective step
+// on its bootstrap, coll_engine.h). One thread may drive several ranks of
+// one communicator (ncclCommInitAll), so several setups in one group run
+// concurrently; a lone one runs inside its launch. A failure sticks to its
+// communicator (its launch returns it); the others go on.
+void connectRings(const std::vector<std::pair<Communicator*, std::vector<CollTask>>>& coll) {
+  std::vector<const std::pair<Communicator*, std::vector<CollTask>>*> pending;
+  for (const auto& e : coll) {
+    if (e.first->coll()->needsConnect(e.second)) pending.push_back(&e);
+  }
+  if (pending.size() < 2) return;
+  std::vector<std::thread> threads;
+  threads.reserve(pending.size());
+  for (const auto* e : pending) {
+    threads.emplace_back([e]() {
+      Communicator* comm = e->first;
+      LogRankScope scope(comm->rank());
+      rt::DeviceScope device(comm->runtime(), comm->device());
+      if (device.status() == ncclSuccess) (void)comm->coll()->connectFor(e->second);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
 }  // namespace
 
 Status groupSimulateEnd(float* estimatedUs) {
@@ -192,6 +216,7 @@ Status groupEnd() {
   // Every communicator's tasks are issued even if an earlier one failed, so
   // peers waiting on them are not left hanging; the first error is returned.
   Status first = ncclSuccess;
+  connectRings(coll);
   // Each communicator's work is enqueued with its own device current (one
   // thread may drive several devices' communicators in one group).
   for (auto& [comm, tasks] : coll) {

@@ -18,10 +18,13 @@ namespace ferry {
 
 class Communicator;
 
+// A collective step deferred to the group's end: a communicator's init
+// (`run` must end in comm->runInit or comm->failInit) or a window
+// registration (blocking). The group's blocking jobs run concurrently.
 struct GroupJob {
-  Communicator* comm = nullptr;  // the communicator whose init this job ends
+  Communicator* comm = nullptr;
   bool blocking = true;
-  std::function<Status()> run;  // must end in comm->runInit or comm->failInit
+  std::function<Status()> run;
 };
 
 [[nodiscard]] Status groupStart();

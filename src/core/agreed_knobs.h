@@ -37,6 +37,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollLlMaxBytes,
     ParamId::CollLlChannelBytes,
     ParamId::NetChunkBytes,
+    ParamId::RuntimeConnect,
 };
 inline constexpr size_t kAgreedKnobCount = std::size(kAgreedKnobIds);
 

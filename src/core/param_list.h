@@ -116,6 +116,9 @@
     "the LL protocol (flag in every line, no fences), larger ones the FIFO protocol. 0: never.")  \
   X(CollLlChannelBytes, "FERRY_COLL_LL_CHANNEL_BYTES", Int, "4K",                                 \
     "An LL collective takes one channel per this many bytes (at least 1, at most all).")          \
+  X(RuntimeConnect, "NCCL_RUNTIME_CONNECT", Int, "1",                                             \
+    "1: a communicator's collective ring (its FIFOs, most of its memory) is set up by its first " \
+    "collective, so one that only carries point-to-point never holds it; 0: at init.")           \
   X(CollTimeout, "FERRY_COLL_TIMEOUT", Int, "1800",                                                \
     "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).") \
   X(Liveness, "FERRY_LIVENESS", Int, "1",                                                          \

@@ -177,6 +177,30 @@ PeerRef P2pEngine::peerRef(int peer) const {
   return r;
 }
 
+Status P2pEngine::describeForPeers(void* buffer, uint64_t bytes, PostInfo* info, bool* mappable) {
+  memset(info, 0, sizeof(*info));
+  rt::AllocationInfo a;
+  FERRY_CHECK(runtime_->describeAllocation(buffer, bytes, &a));
+  *mappable = a.mappable;
+  if (a.mappable) postIpc(a, buffer, info);
+  info->bytes = bytes;
+  return ncclSuccess;
+}
+
+bool P2pEngine::mapsPeerMemory(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(state_.send.size()) || peer == myRank_) return false;
+  const SendConnection* s = state_.send[peer].get();
+  return zeroCopy_ && s != nullptr && !s->samePeerProcess && s->transport == TransportId::P2p &&
+         s->userRpc != nullptr;
+}
+
+Status P2pEngine::mapPeerBuffer(int peer, const PostInfo& info, std::shared_ptr<PeerMapping>* out) {
+  if (!mapsPeerMemory(peer)) {
+    FERRY_FAIL(ncclInternalError, "peer %d: no connection that maps its memory", peer);
+  }
+  return PeerMemory::instance().map(runtime_, peerRef(peer), info, out);
+}
+
 // What this rank publishes as the first side of a message: its own buffer
 // when the peer can reach it, else a staging block (staging.h says when).
 // A peer in this process on another device reaches plain cudaMalloc memory

@@ -83,6 +83,17 @@ class P2pEngine {
   // "peer N: X ops, Y bytes ..." lines for INFO logs and tests.
   std::string describeCounters() const;
 
+  // Windows (comm/windows.h). How a peer process would map `bytes` at
+  // `buffer` (*mappable false: it cannot, e.g. pool or cuMem memory on CUDA).
+  [[nodiscard]] Status describeForPeers(void* buffer, uint64_t bytes, PostInfo* info,
+                                        bool* mappable);
+  // Whether messages with `peer` may copy straight from or into its mapped
+  // memory (another process on this host, the P2P transport, zero-copy on).
+  bool mapsPeerMemory(int peer) const;
+  // Maps what `peer` described with describeForPeers (once per process).
+  [[nodiscard]] Status mapPeerBuffer(int peer, const PostInfo& info,
+                                     std::shared_ptr<PeerMapping>* out);
+
  private:
   struct Op;
   using Streams = std::vector<std::unique_ptr<rt::Stream>>;

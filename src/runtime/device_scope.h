@@ -39,4 +39,23 @@ class DeviceScope {
   Status status_ = ncclSuccess;
 };
 
+// RelaxedCaptureScope: this thread may allocate, map and synchronize
+// while a graph capture is under way anywhere in the process (CUDA refuses
+// those calls in the default, global capture mode); the thread's previous
+// mode comes back afterwards (RAII). Only for setup that touches no
+// captured stream.
+class RelaxedCaptureScope {
+ public:
+  explicit RelaxedCaptureScope(Runtime* runtime)
+      : runtime_(runtime), saved_(runtime->exchangeCaptureMode(kRelaxed)) {}
+  ~RelaxedCaptureScope() { (void)runtime_->exchangeCaptureMode(saved_); }
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  static constexpr int kRelaxed = 2;  // cudaStreamCaptureModeRelaxed
+  Runtime* runtime_;
+  int saved_;
+};
+
 }  // namespace ferry::rt

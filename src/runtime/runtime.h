@@ -305,6 +305,13 @@ class Runtime {
   // Whether the user stream `handle` is being captured into a CUDA graph
   // (host runtime: never).
   [[nodiscard]] virtual Status isCapturing(void* handle, bool* out) = 0;
+  // Sets this thread's stream-capture mode (CUDA's
+  // cudaThreadExchangeStreamCaptureMode: 0 global, 1 thread-local, 2
+  // relaxed) and returns the previous one. Setup that allocates or maps
+  // memory while the user captures a graph (a first collective inside a
+  // capture) runs relaxed, as CUDA otherwise refuses those calls. Host
+  // runtime: no captures, returns `mode`.
+  virtual int exchangeCaptureMode(int mode) = 0;
 };
 
 // The process-wide runtime of each kind, created on first use (never freed:

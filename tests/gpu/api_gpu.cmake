@@ -15,3 +15,15 @@ endforeach()
 ferry_gpu_api_test(gpu.api.badargs.n1 1 1 badargs)
 ferry_gpu_api_test(gpu.api.initall.n1 1 2 initall)
 ferry_gpu_api_test(gpu.api.missing.n2 2 2 missing ENVIRONMENT FERRY_BOOTSTRAP_TIMEOUT=2)
+# Memory per communicator and windows (tests/multiproc/memory.cmake) on GPUs:
+# the collective ring on first use holds no FIFOs in p2p-only communicators;
+# windows of ncclMemAlloc memory are mapped by the peer at registration.
+function(ferry_gpu_memory_test name nranks ngpus)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh ${ngpus}
+            $<TARGET_FILE:ferry-run> -n ${nranks} --runtime cuda --timeout 240
+            $<TARGET_FILE:mp_memory> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
+endfunction()
+ferry_gpu_memory_test(gpu.api.many_comms.n2 2 2 many 64)
+ferry_gpu_memory_test(gpu.api.window.n2 2 2 window)

@@ -7,7 +7,11 @@
 // (integer-valued floats); outputs poisoned before every replay.
 // FERRY_TEST_GRAPH_COLL_ONLY=1 captures the all-reduce alone (across hosts,
 // where send/recv cannot be captured yet); ranks share GPUs when there are
-// fewer than two (emulated hosts on one GPU).
+// fewer than two (emulated hosts on one GPU). FERRY_TEST_GRAPH_FIRST=1
+// makes the captured all-reduce the communicator's first collective (the
+// salt travels over the bootstrap instead), captured in CUDA's global mode:
+// the collective ring is then set up inside the capture
+// (NCCL_RUNTIME_CONNECT=1), where CUDA refuses allocations unless relaxed.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -15,6 +19,7 @@
 #include <ctime>
 #include <vector>
 
+#include "ferry.h"
 #include "nccl.h"
 #include "two_rank_main.h"
 
@@ -49,8 +54,14 @@ int main() {
   CHECK(ncclGetUniqueId(&id));
   ncclComm_t comm;
   CHECK(ncclCommInitRank(&comm, 2, id, rank));
+  const char* firstEnv = getenv("FERRY_TEST_GRAPH_FIRST");
+  const bool firstInCapture = firstEnv != nullptr && firstEnv[0] == '1';
   unsigned agreedSalt = 0;
-  {  // rank 0's salt for both (exchanged through an all-reduce of max)
+  if (firstInCapture) {  // rank 0's salt for both, no collective before the capture
+    unsigned salts[2] = {salt, salt};
+    CHECK(ncclFerryBootstrapAllGather(comm, salts, sizeof(unsigned)));
+    agreedSalt = salts[0];
+  } else {  // rank 0's salt for both (exchanged through an all-reduce of max)
     unsigned* d;
     CHECK(cudaMalloc(&d, sizeof(unsigned)));
     unsigned mine = rank == 0 ? salt : 0;
@@ -74,7 +85,8 @@ int main() {
   const int peer = 1 - rank;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CHECK(cudaStreamBeginCapture(
+      s, firstInCapture ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal));
   fill<<<256, 256, 0, s>>>(in, n, rank, iter, agreedSalt);
   CHECK(ncclAllReduce(in, sum, n, ncclFloat, ncclSum, comm, s));
   if (!collOnly) {

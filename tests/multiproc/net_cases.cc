@@ -388,6 +388,33 @@ RingHops ringHopsOf(const Ctx& ctx) {
   return h;
 }
 
+// An all-reduce (sum of int32 values of every rank, exact) checked
+// element-wise: the first collective, which sets up the ring's hops.
+void checkAllReduce(const World& w, uint64_t round) {
+  const size_t n = 70001;
+  auto value = [&](int rank, size_t i) {
+    return static_cast<int32_t>((w.seed ^ (round * 0x9E3779B97F4A7C15ULL)) % 9973 + i * 7 +
+                                rank * 131) %
+           100000;
+  };
+  std::vector<int32_t> in(n), out(n, -1);
+  for (size_t i = 0; i < n; ++i) in[i] = value(w.rank, i);
+  TestBuffer src(n * 4, BufferKind::Plain), dst(n * 4, BufferKind::Plain);
+  src.upload(in.data(), n * 4);
+  dst.upload(out.data(), n * 4);  // poison
+  EXPECT_OK(ncclAllReduce(src.data(), dst.data(), n, ncclInt32, ncclSum, w.comm, w.stream));
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  dst.download(out.data(), n * 4);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int32_t want = 0;
+    for (int r = 0; r < w.nranks; ++r) want += value(r, i);
+    if (out[i] != want && bad++ < 3) {
+      EXPECT_TRUE(false, "all-reduce element %zu is %d, expected %d", i, out[i], want);
+    }
+  }
+}
+
 // (d) The connections go through the net plugin NCCL_NET_PLUGIN names: its
 // own call counters show every listen, connect and accept.
 void casePlugin(Ctx& ctx) {
@@ -412,6 +439,15 @@ void casePlugin(Ctx& ctx) {
   printf("rank %d: plugin calls: listen %lld connect %lld accept %lld closeListen %lld\n",
          ctx.env.rank, counter("listen"), counter("connect"), counter("accept"),
          counter("closeListen"));
+  // Init connects point-to-point only: the ring's hops come with the first
+  // collective (NCCL_RUNTIME_CONNECT=1).
+  EXPECT_TRUE(counter("listen") == remote && counter("connect") >= remote &&
+                  counter("accept") >= remote && counter("closeListen") == remote,
+              "after init: listen %lld connect %lld accept %lld closeListen %lld, %lld expected",
+              counter("listen"), counter("connect"), counter("accept"), counter("closeListen"),
+              remote);
+  World w = makeWorld(ctx, comm);
+  checkAllReduce(w, 7);
   const RingHops hops = ringHopsOf(ctx);
   EXPECT_TRUE(counter("listen") == remote + hops.listens, "listen called %lld times, %lld expected",
               counter("listen"), remote + hops.listens);
@@ -421,7 +457,6 @@ void casePlugin(Ctx& ctx) {
               counter("accept"));
   EXPECT_TRUE(counter("closeListen") == remote + hops.listens, "closeListen called %lld times",
               counter("closeListen"));
-  World w = makeWorld(ctx, comm);
   sameHostRound(w, 1);
   const long long sends = counter("isend"), recvs = counter("irecv");
   crossHostRound(w, 2);

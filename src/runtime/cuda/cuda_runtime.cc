@@ -365,6 +365,11 @@ class CudaRuntime final : public Runtime {
     *out = status != cudaStreamCaptureStatusNone;
     return ncclSuccess;
   }
+  int exchangeCaptureMode(int mode) override {
+    auto m = static_cast<cudaStreamCaptureMode>(mode);
+    if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) return mode;
+    return static_cast<int>(m);
+  }
 };
 
 Status CudaRuntime::createStreamWithPriority(int priority, std::unique_ptr<Stream>* out) {

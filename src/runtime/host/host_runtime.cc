@@ -173,6 +173,7 @@ class HostRuntime final : public Runtime {
     *out = false;
     return ncclSuccess;
   }
+  int exchangeCaptureMode(int mode) override { return mode; }
 
   Status pciBusId(int device, std::string* busId) override {
     FERRY_CHECK(checkDevice(device));

@@ -1,0 +1,25 @@
+# What communicators hold (ncclFerryCommMemory): many split communicators,
+# the collective ring on first use (NCCL_RUNTIME_CONNECT) and at init.
+add_executable(mp_memory ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/memory_cases.cc)
+target_include_directories(mp_memory PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
+target_link_libraries(mp_memory PRIVATE nccl ferry_test_buffers)
+
+function(ferry_memory_test name nranks)
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --runtime host --timeout 200
+            $<TARGET_FILE:mp_memory> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240)
+endfunction()
+
+ferry_memory_test(api.many_comms.n2 2 many 64)
+ferry_memory_test(api.many_comms.n3 3 many 16)
+ferry_memory_test(api.many_comms.eager.n2 2 many 8)
+set_tests_properties(api.many_comms.eager.n2 PROPERTIES ENVIRONMENT NCCL_RUNTIME_CONNECT=0)
+ferry_memory_test(api.window.n2 2 window)
+ferry_memory_test(api.window.n3 3 window)
+# Two emulated hosts: no kernel p2p (init holds nothing), Simple only.
+add_test(NAME api.many_comms.hosts.2x2
+  COMMAND $<TARGET_FILE:ferry-run> -n 4 --hosts 2 --runtime host --timeout 200
+          $<TARGET_FILE:mp_memory> many 8)
+set_tests_properties(api.many_comms.hosts.2x2 PROPERTIES LABELS multiproc TIMEOUT 240
+                     ENVIRONMENT NCCL_SOCKET_IFNAME=lo)

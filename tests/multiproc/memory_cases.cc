@@ -1,0 +1,318 @@
+// What communicators hold, across real processes on the host runtime (under
+// ferry-run):
+//   many [N]: N communicators split from the world (64 by default, PyTorch
+//     makes dozens), every other one used only for point-to-point. With
+//     NCCL_RUNTIME_CONNECT=1 (the default) those hold no collective FIFOs,
+//     and the others only those of the protocols their collectives used
+//     (small ones LL, large ones Simple); with =0 every one holds both from
+//     init. Every message and reduction is checked
+//     element-wise against values computed here; outputs are poisoned first.
+//   window: ncclCommWindowRegister / Deregister: windows of ncclMemAlloc
+//     memory are mapped by every peer at registration, and SM-free messages
+//     between them are zero-copy; registration inside a group; a rank with
+//     bad arguments (or unequal symmetric sizes) fails every rank's call and
+//     the communicator keeps working; bad handles on deregistration.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/buffers.h"
+#include "common/proc.h"
+#include "common/random.h"
+#include "ferry.h"
+#include "mp_check.h"
+#include "nccl.h"
+
+namespace {
+
+using ferry::test::BufferKind;
+using ferry::test::gFailures;
+using ferry::test::TestBuffer;
+
+struct Ctx {
+  ferry::test::LaunchEnv env;
+  uint64_t seed = 0;
+  std::vector<std::string> args;
+};
+
+ncclComm_t worldComm(const Ctx& ctx) {
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  EXPECT_OK(ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank));
+  return comm;
+}
+
+// Seeds differ per process: every rank adopts rank 0's.
+uint64_t agreedSeed(ncclComm_t world, const Ctx& ctx) {
+  std::vector<uint64_t> seeds(ctx.env.nranks, 0);
+  seeds[ctx.env.rank] = ctx.seed;
+  EXPECT_OK(ncclFerryBootstrapAllGather(world, seeds.data(), sizeof(uint64_t)));
+  return seeds[0];
+}
+
+// Rank `who`'s element i in round `seed` (integers: float sums are exact).
+float valueOf(uint64_t seed, int who, size_t i) {
+  uint64_t h = (seed + static_cast<uint64_t>(who) * 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
+  h ^= h >> 29;
+  return static_cast<float>((h + i * 131) % 2000) - 1000.0f;
+}
+
+// Each rank sends `n` fresh floats to the next rank and receives the
+// previous rank's; checks every element.
+void checkRing(ncclComm_t comm, int me, int nranks, size_t n, uint64_t seed, const char* what) {
+  std::vector<float> out(n), in(n, -1e30f);
+  for (size_t i = 0; i < n; ++i) out[i] = valueOf(seed, me, i);
+  TestBuffer send(n * sizeof(float), BufferKind::Plain), recv(n * sizeof(float), BufferKind::Plain);
+  send.upload(out.data(), n * sizeof(float));
+  recv.upload(in.data(), n * sizeof(float));  // poison
+  const int next = (me + 1) % nranks, prev = (me + nranks - 1) % nranks;
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(send.data(), n, ncclFloat, next, comm, nullptr));
+  EXPECT_OK(ncclRecv(recv.data(), n, ncclFloat, prev, comm, nullptr));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+  recv.download(in.data(), n * sizeof(float));
+  int bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float want = valueOf(seed, prev, i);
+    if (in[i] != want && bad++ < 3) {
+      EXPECT_TRUE(false, "%s: element %zu from rank %d is %g, expected %g", what, i, prev, in[i],
+                  want);
+    }
+  }
+}
+
+void checkAllReduce(ncclComm_t comm, int nranks, size_t n, uint64_t seed, const char* what) {
+  int me = -1;
+  EXPECT_OK(ncclCommUserRank(comm, &me));
+  std::vector<float> in(n), out(n, -1e30f);
+  for (size_t i = 0; i < n; ++i) in[i] = valueOf(seed, me, i);
+  TestBuffer src(n * sizeof(float), BufferKind::Plain), dst(n * sizeof(float), BufferKind::Plain);
+  src.upload(in.data(), n * sizeof(float));
+  dst.upload(out.data(), n * sizeof(float));  // poison
+  EXPECT_OK(ncclAllReduce(src.data(), dst.data(), n, ncclFloat, ncclSum, comm, nullptr));
+  EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+  dst.download(out.data(), n * sizeof(float));
+  int bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float want = 0;
+    for (int r = 0; r < nranks; ++r) want += valueOf(seed, r, i);
+    if (out[i] != want && bad++ < 3) {
+      EXPECT_TRUE(false, "%s: element %zu is %g, expected %g", what, i, out[i], want);
+    }
+  }
+}
+
+struct Held {
+  unsigned long long bytes = 0, fifo = 0;
+};
+
+Held heldBy(ncclComm_t comm) {
+  Held h;
+  EXPECT_OK(ncclFerryCommMemory(comm, &h.bytes, &h.fifo));
+  return h;
+}
+
+void caseMany(const Ctx& ctx) {
+  const int n = ctx.env.nranks, me = ctx.env.rank;
+  const int count = ctx.args.empty() ? 64 : atoi(ctx.args[0].c_str());
+  const char* rc = getenv("NCCL_RUNTIME_CONNECT");
+  const bool eager = rc != nullptr && atoi(rc) == 0;
+  ncclComm_t world = worldComm(ctx);
+  const uint64_t seed = agreedSeed(world, ctx);
+  std::vector<ncclComm_t> comms(count, nullptr);
+  auto start = ferry::test::Clock::now();
+  for (int i = 0; i < count; ++i) EXPECT_OK(ncclCommSplit(world, 0, me, &comms[i], nullptr));
+  const double setup = ferry::test::secondsSince(start);
+  // Before any traffic: the same holdings everywhere.
+  const Held first = heldBy(comms[0]);
+  EXPECT_TRUE(eager ? first.fifo > 0 : first.fifo == 0,
+              "a new communicator holds %llu bytes of collective FIFOs (eager %d)", first.fifo,
+              eager ? 1 : 0);
+  // Comm i: i % 4 == 0 or 2: point-to-point only; 1: a small all-reduce
+  // too (LL); 3: a small and a large one (LL and Simple: above
+  // FERRY_COLL_LL_MAX_BYTES' 1 MiB).
+  for (int i = 0; i < count; ++i) {
+    char what[64];
+    snprintf(what, sizeof(what), "comm %d", i);
+    const uint64_t round = seed + static_cast<uint64_t>(i) * 1000003;
+    if (i % 2 == 1) checkAllReduce(comms[i], n, 1000 + static_cast<size_t>(i) * 7, round, what);
+    if (i % 4 == 3) checkAllReduce(comms[i], n, (size_t{5} << 18) + i, round + 2, what);
+    checkRing(comms[i], me, n, 777 + static_cast<size_t>(i) * 13, round + 1, what);
+  }
+  unsigned long long total = 0, p2pOnly = 0, llOnly = 0, both = 0;
+  for (int i = 0; i < count; ++i) {
+    const Held h = heldBy(comms[i]);
+    total += h.bytes;
+    if (eager) {
+      EXPECT_TRUE(h.bytes == first.bytes && h.fifo == first.fifo,
+                  "comm %d holds %llu bytes (%llu of FIFOs), %llu at init", i, h.bytes, h.fifo,
+                  first.bytes);
+      p2pOnly = llOnly = both = h.bytes;
+    } else if (i % 2 == 0) {
+      EXPECT_TRUE(h.fifo == 0 && h.bytes == first.bytes,
+                  "p2p-only comm %d holds %llu bytes (%llu of collective FIFOs; %llu at init)", i,
+                  h.bytes, h.fifo, first.bytes);
+      p2pOnly = h.bytes;
+    } else {
+      // Init's holdings plus the ring(s) of the protocol(s) used.
+      EXPECT_TRUE(h.fifo > 0 && h.bytes >= first.bytes + h.fifo,
+                  "comm %d ran collectives and holds %llu bytes (%llu of FIFOs; %llu at init)", i,
+                  h.bytes, h.fifo, first.bytes);
+      (i % 4 == 1 ? llOnly : both) = h.bytes;
+    }
+  }
+  // Across hosts there is no kernel p2p (init holds nothing) and no LL
+  // (small collectives use Simple too).
+  const bool oneHost = first.bytes > 0;
+  EXPECT_TRUE(
+      eager || count < 4 || (p2pOnly < llOnly && (oneHost ? llOnly < both : llOnly == both)),
+      "held: p2p-only %llu, LL collectives %llu, both protocols %llu bytes", p2pOnly, llOnly, both);
+  if (me == 0) {
+    printf(
+        "many: %d communicators of %d ranks (%s): set up in %.3f s; this rank holds %.1f MiB "
+        "(each: p2p-only %.2f MiB, with small collectives %.2f MiB, with small and large "
+        "%.2f MiB)\n",
+        count, n, eager ? "NCCL_RUNTIME_CONNECT=0" : "rings on first use", setup, total / 1048576.0,
+        p2pOnly / 1048576.0, llOnly / 1048576.0, both / 1048576.0);
+  }
+  for (ncclComm_t c : comms) EXPECT_OK(ncclCommDestroy(c));
+  EXPECT_OK(ncclCommDestroy(world));
+}
+
+// SM-free messages (above FERRY_P2P_KERNEL_MAX_BYTES' 2 MiB default) from
+// one window into another, each rank to the next; every element checked.
+void windowRing(ncclComm_t comm, int me, int n, TestBuffer& send, TestBuffer& recv, size_t count,
+                uint64_t seed) {
+  std::vector<float> out(count), in(count, -1e30f);
+  for (size_t i = 0; i < count; ++i) out[i] = valueOf(seed, me, i);
+  send.upload(out.data(), count * sizeof(float));
+  recv.upload(in.data(), count * sizeof(float));  // poison
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(send.data(), count, ncclFloat, next, comm, nullptr));
+  EXPECT_OK(ncclRecv(recv.data(), count, ncclFloat, prev, comm, nullptr));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+  recv.download(in.data(), count * sizeof(float));
+  int bad = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (in[i] != valueOf(seed, prev, i) && bad++ < 3) {
+      EXPECT_TRUE(false, "window message: element %zu is %g, expected %g", i, in[i],
+                  valueOf(seed, prev, i));
+    }
+  }
+}
+
+// Every rank gets `want` from a registration where only `badRank` passes
+// `badSize` (and the others `size`).
+void expectRefused(ncclComm_t comm, int me, void* buf, size_t size, int flags, int badRank,
+                   size_t badSize, const char* what) {
+  ncclWindow_t w = reinterpret_cast<ncclWindow_t>(0x1);
+  const ncclResult_t r =
+      ncclCommWindowRegister(comm, buf, me == badRank ? badSize : size, &w, flags);
+  EXPECT_TRUE(r == ncclInvalidArgument && w == nullptr, "%s: got %d (%s), window %p", what,
+              static_cast<int>(r), ncclGetErrorString(r), static_cast<void*>(w));
+}
+
+void caseWindow(const Ctx& ctx) {
+  const int n = ctx.env.nranks, me = ctx.env.rank;
+  ncclComm_t world = worldComm(ctx);
+  const uint64_t seed = agreedSeed(world, ctx);
+  const size_t count = (size_t{3} << 20) / sizeof(float) + seed % 4096;  // > 2 MiB: SM-free
+  const size_t bytes = count * sizeof(float);
+  TestBuffer sendMem(bytes, BufferKind::Mapped),
+      recvMem(bytes, BufferKind::Mapped);  // ncclMemAlloc
+  void* sendBuf = sendMem.data();
+  void* recvBuf = recvMem.data();
+  ncclWindow_t sendWin = nullptr, recvWin = nullptr;
+  EXPECT_OK(ncclCommWindowRegister(world, sendBuf, bytes, &sendWin, NCCL_WIN_COLL_SYMMETRIC));
+  // Inside a group the handle is filled at ncclGroupEnd.
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclCommWindowRegister(world, recvBuf, bytes, &recvWin, NCCL_WIN_DEFAULT));
+  EXPECT_TRUE(recvWin == nullptr, "a window registered inside a group exists before its end");
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_TRUE(sendWin != nullptr && recvWin != nullptr, "windows %p %p",
+              static_cast<void*>(sendWin), static_cast<void*>(recvWin));
+  for (ncclWindow_t w : {sendWin, recvWin}) {
+    int mapped = -1, mappable = -1;
+    EXPECT_OK(ncclFerryWindowInfo(world, w, &mapped, &mappable));
+    EXPECT_TRUE(mapped == n - 1 && mappable == 1,
+                "window %p: %d peer windows mapped (expected %d), mappable %d",
+                static_cast<void*>(w), mapped, n - 1, mappable);
+  }
+  const int next = (me + 1) % n;
+  ncclFerryPeerStats_t before{}, after{};
+  EXPECT_OK(ncclFerryCommPeerStats(world, next, &before));
+  const int rounds = 3;
+  for (int r = 0; r < rounds; ++r) {
+    windowRing(world, me, n, sendMem, recvMem, count, seed + 17 * static_cast<uint64_t>(r));
+  }
+  EXPECT_OK(ncclFerryCommPeerStats(world, next, &after));
+  EXPECT_TRUE(after.sendZeroCopyOps - before.sendZeroCopyOps == rounds,
+              "%llu of %d window sends were zero-copy",
+              after.sendZeroCopyOps - before.sendZeroCopyOps, rounds);
+
+  // Memory peers cannot map (malloc; the CUDA pool) registers too (its
+  // messages stage).
+  TestBuffer plain(16384 + seed % 100 * 4, BufferKind::Plain);
+  ncclWindow_t plainWin = nullptr;
+  EXPECT_OK(ncclCommWindowRegister(world, plain.data(), plain.size(), &plainWin, NCCL_WIN_DEFAULT));
+  int plainMapped = -1;
+  EXPECT_OK(ncclFerryWindowInfo(world, plainWin, &plainMapped, nullptr));
+  EXPECT_TRUE(plainMapped == 0, "peers mapped %d windows of plain memory", plainMapped);
+
+  // One rank's bad arguments fail everyone's call; nothing is left behind.
+  expectRefused(world, me, sendBuf, bytes, NCCL_WIN_DEFAULT, n - 1, 0, "size 0 on one rank");
+  expectRefused(world, me, sendBuf, bytes, NCCL_WIN_COLL_SYMMETRIC, 0, bytes - 4096,
+                "unequal symmetric sizes");
+  expectRefused(world, me, sendBuf, bytes, 0x40, -1, 0, "unknown flags");
+  EXPECT_RESULT(ncclCommWindowRegister(world, sendBuf, bytes, nullptr, 0), ncclInvalidArgument);
+  checkAllReduce(world, n, 3001, seed + 99, "after refused registrations");
+
+  EXPECT_OK(ncclCommWindowDeregister(world, sendWin));
+  EXPECT_RESULT(ncclCommWindowDeregister(world, sendWin), ncclInvalidArgument);
+  EXPECT_RESULT(ncclCommWindowDeregister(world, nullptr), ncclInvalidArgument);
+  EXPECT_RESULT(ncclFerryWindowInfo(world, sendWin, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_OK(ncclCommWindowDeregister(world, plainWin));
+  // recvWin stays registered: destroy lets it go.
+  EXPECT_OK(ncclCommDestroy(world));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: ferry-run -n N %s many [count] | window\n", argv[0]);
+    return 2;
+  }
+  Ctx ctx;
+  std::string error;
+  if (!ferry::test::readLaunchEnv(&ctx.env, &error)) {
+    fprintf(stderr, "%s\n", error.c_str());
+    return 2;
+  }
+  ctx.seed = ferry::test::testSeed();
+  for (int i = 2; i < argc; ++i) ctx.args.emplace_back(argv[i]);
+  int ndev = 0;
+  if (ncclFerryGetDeviceCount(&ndev) == ncclSuccess && ndev > 0) {
+    (void)ncclFerrySetDevice(ctx.env.localRank % ndev);
+  }
+  const std::map<std::string, std::function<void(const Ctx&)>> cases = {
+      {"many", caseMany},
+      {"window", caseWindow},
+  };
+  auto it = cases.find(argv[1]);
+  if (it == cases.end()) {
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+  }
+  it->second(ctx);
+  printf("%s %s: %d failure(s)\n", gFailures == 0 ? "PASS" : "FAIL", argv[1], gFailures.load());
+  return gFailures == 0 ? 0 : 1;
+}
