@@ -1,8 +1,13 @@
 #include "coll/host_kernel.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -208,21 +213,105 @@ int hostCollKernel(void** args) {
 
 namespace {
 
+// Threads that run a launch's blocks, every block on its own thread at once
+// (a block may wait for another block of the launch, or for a peer's block
+// that waits for one of ours), kept between launches: creating 2 x ranks x
+// lanes threads per kernel-p2p launch cost more than the launch's work (and
+// a thread's creation zeroes its TLS, which the CUDA runtime makes large in a
+// CUDA build: p2p.stress.ll.n3 took 98 s there against 60 s without CUDA).
+// Process-wide and leaked; a forked child starts with an empty pool (its
+// parent's threads do not exist in it).
+class BlockPool {
+ public:
+  static BlockPool& instance() {
+    static BlockPool* p = new BlockPool();  // leaked: parked threads outlive exit
+    return *p;
+  }
+
+  // Runs fn(b) for every b in [0, n), each on its own thread, and waits.
+  void run(int n, const std::function<void(int)>& fn) {
+    Latch latch(n);
+    std::vector<Worker*> ws = take(n);
+    for (int b = 0; b < n; ++b) {
+      Worker* w = ws[b];
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->job = [&fn, &latch, b] {
+        fn(b);
+        latch.arrive();
+      };
+      w->cv.notify_one();
+    }
+    latch.wait();
+  }
+
+ private:
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::function<void()> job;  // guarded by mu
+  };
+  struct Latch {
+    explicit Latch(int n) : left(n) {}
+    void arrive() {
+      std::lock_guard<std::mutex> lock(mu);
+      if (--left == 0) cv.notify_all();
+    }
+    void wait() {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [this] { return left == 0; });
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    int left;
+  };
+
+  std::vector<Worker*> take(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pid_ != getpid()) {  // a forked child: the parent's workers are not here
+      idle_.clear();
+      pid_ = getpid();
+    }
+    std::vector<Worker*> out;
+    while (static_cast<int>(out.size()) < n && !idle_.empty()) {
+      out.push_back(idle_.back());
+      idle_.pop_back();
+    }
+    while (static_cast<int>(out.size()) < n) {
+      auto* w = new Worker();  // lives as long as its thread: the process
+      std::thread([this, w] { serve(w); }).detach();
+      out.push_back(w);
+    }
+    return out;
+  }
+
+  void serve(Worker* w) {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(w->mu);
+        w->cv.wait(lock, [w] { return static_cast<bool>(w->job); });
+        job = std::move(w->job);
+        w->job = nullptr;
+      }
+      job();
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.push_back(w);
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<Worker*> idle_;  // guarded by mu_
+  pid_t pid_ = getpid();       // guarded by mu_
+};
+
 template <class Args>
 int runHostP2p(void** args) {
   const auto& a = *static_cast<const Args*>(args[0]);
-  // Every block at once, as on a GPU: a block may wait for a peer's block
-  // that itself waits for one of ours.
-  std::vector<std::thread> threads;
   std::atomic<int> failed{0};
-  threads.reserve(a.nblocks);
-  for (int b = 0; b < a.nblocks; ++b) {
-    threads.emplace_back([&a, &failed, b] {
-      HostPlatform::Ctx ctx{a.abortFlag, a.timeoutNs, b, a.pos};
-      if (!algo::runP2pBlock<HostPlatform>(ctx, a, b) && ctx.timedOut) failed.store(1);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  BlockPool::instance().run(a.nblocks, [&a, &failed](int b) {
+    HostPlatform::Ctx ctx{a.abortFlag, a.timeoutNs, b, a.pos};
+    if (!algo::runP2pBlock<HostPlatform>(ctx, a, b) && ctx.timedOut) failed.store(1);
+  });
   return failed.load();
 }
 

@@ -32,6 +32,11 @@ uint64_t testSeed() {
   return seed;
 }
 
+int testRounds(int full) {
+  const long v = std::strtol(ferry::envString("FERRY_TEST_ROUNDS").c_str(), nullptr, 0);
+  return v > 0 ? static_cast<int>(v) : full;
+}
+
 Rng::Rng(uint64_t seed, uint64_t stream) : state_(seed ^ (stream * 0xD1B54A32D192ED03ull)) {
   next();  // decorrelate nearby seeds
 }

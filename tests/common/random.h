@@ -21,6 +21,11 @@ namespace ferry::test {
 // the first call; the same value on every later call in the process.
 uint64_t testSeed();
 
+// How many rounds a randomized case runs: `full` unless FERRY_TEST_ROUNDS
+// names another positive count (CI's heaviest configurations run fewer;
+// a long local soak more).
+int testRounds(int full);
+
 // splitmix64: tiny, fast, good enough for test data; deterministic per seed.
 class Rng {
  public:

@@ -29,8 +29,13 @@ ferry_coll_test(coll.stress.n4 4 stress)
 ferry_coll_test(coll.mixed.n3 3 mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_coll_test(coll.mixed.kernel.n3 3 mixed ENVIRONMENT NCCL_PASS_SM=0)
 ferry_coll_test(coll.mixed.default.n3 3 mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=16K)
-ferry_coll_test(coll.mixed.n8 8 mixed ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
-ferry_coll_test(coll.mixed.kernel.n8 8 mixed ENVIRONMENT NCCL_PASS_SM=0)
+# 8 ranks: 400 and 300 groups (FERRY_TEST_ROUNDS) instead of 1000, for CI's time.
+ferry_coll_test(coll.mixed.n8 8 mixed)
+set_tests_properties(coll.mixed.n8 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=400")
+ferry_coll_test(coll.mixed.kernel.n8 8 mixed)
+set_tests_properties(coll.mixed.kernel.n8 PROPERTIES ENVIRONMENT
+  "NCCL_PASS_SM=0;FERRY_TEST_ROUNDS=300")
 ferry_coll_test(coll.streams.n2 2 streams)
 ferry_coll_test(coll.abort.n3 3 abort)
 # Flow-control edge cases: the smallest FIFO (2 slots of 1 KiB, so chunks of

@@ -277,7 +277,7 @@ void caseBig(World& w) {
 
 // ---- stress and mixed -------------------------------------------------------
 
-// 2,000 operations: the five collectives with random types, operators,
+// 2,000 operations (FERRY_TEST_ROUNDS): the five collectives with random types, operators,
 // counts (up to 64K), roots and placements, and point-to-point messages
 // between random pairs (self included), in groups of 1-6.
 void caseStress(World& w) {
@@ -286,7 +286,8 @@ void caseStress(World& w) {
   Rng rng(w.seed, 0x57E55);
   uint64_t tag = 100000;
   int ops = 0, groups = 0;
-  while (ops < 2000) {
+  const int total = testRounds(2000);
+  while (ops < total) {
     const int size = 1 + static_cast<int>(rng.below(6));
     const bool groupAlone = rng.below(2) == 0;
     std::vector<Item> items;
@@ -314,13 +315,14 @@ void caseStress(World& w) {
   if (w.rank == 0) printf("stress: %d operations in %d groups\n", ops, groups);
 }
 
-// 1,000 groups, each one all-reduce plus messages between random pairs of
+// 1,000 groups (FERRY_TEST_ROUNDS), each one all-reduce plus messages between random pairs of
 // distinct ranks (sizes 0..64 KiB), posted in a different order on each rank.
 void caseMixed(World& w) {
   announce(w, "mixed");
   const int n = w.nranks;
   Rng rng(w.seed, 0x313ED);
-  for (int g = 0; g < 1000; ++g) {
+  const int groups = testRounds(1000);
+  for (int g = 0; g < groups; ++g) {
     const uint64_t base = 200000 + static_cast<uint64_t>(g) * 1024;
     std::vector<Item> items;
     CollSpec spec = randomSpec(rng, n, 16 << 10, base);

@@ -71,7 +71,8 @@ void roundOfAlltoallv(World& w, uint64_t round, size_t maxBytes, BufferKind send
 
 void caseAlltoall(World& w) {
   const BufferKind kinds[2] = {BufferKind::Plain, BufferKind::Mapped};
-  for (uint64_t round = 0; round < 24; ++round) {
+  const uint64_t rounds = static_cast<uint64_t>(testRounds(24));  // 4 buffer-kind pairs each
+  for (uint64_t round = 0; round < rounds; ++round) {
     roundOfAlltoallv(w, round, 3 << 20, kinds[round % 2], kinds[(round / 2) % 2]);
   }
   // ncclAlltoAll itself: equal blocks, float, one call.
@@ -104,9 +105,11 @@ void caseAlltoall(World& w) {
   }
 }
 
-// 1,000 small rounds: random sizes (0..64 KiB), random subsets of peers.
+// 1,000 small rounds (FERRY_TEST_ROUNDS): random sizes (0..64 KiB), random
+// subsets of peers.
 void caseStress(World& w) {
-  for (uint64_t round = 0; round < 1000; ++round) {
+  const uint64_t rounds = static_cast<uint64_t>(testRounds(1000));
+  for (uint64_t round = 0; round < rounds; ++round) {
     roundOfAlltoallv(w, 1000 + round, 64 << 10, BufferKind::Plain,
                      round % 3 == 0 ? BufferKind::Mapped : BufferKind::Plain);
   }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "common/proc.h"
@@ -95,25 +96,35 @@ void gatherScatter(World& w, int root) {
 }
 
 // A message of more than 2^31 elements (host runtime) or more than 4 GiB
-// (CUDA) between rank pairs, both directions at once.
+// (CUDA) between rank pairs: both directions at once on CUDA; on the host
+// runtime from the even rank to the odd one (each process then holds half
+// the gigabytes, and CI's wall time halves: page faults dominate there).
 void caseLarge(World& w) {
   if (w.nranks % 2 != 0) return;
   const int peer = w.rank ^ 1;
-  const size_t bytes = onCuda() ? (size_t{5} << 30) + 4099 : (size_t{1} << 31) + 4099;
+  const bool cuda = onCuda();
+  const bool sends = cuda || w.rank % 2 == 0, receives = cuda || w.rank % 2 == 1;
+  const size_t bytes = cuda ? (size_t{5} << 30) + 4099 : (size_t{1} << 31) + 4099;
   for (BufferKind kind : {BufferKind::Plain, BufferKind::Mapped}) {
-    if (!onCuda() && kind == BufferKind::Mapped) continue;  // host: one size class is enough
-    Message out(w, 8000, w.rank, peer, bytes, kind), in(w, 8000, peer, w.rank, bytes, kind);
-    out.fillAsSender();
-    in.poison();
+    if (!cuda && kind == BufferKind::Mapped) continue;  // host: one size class is enough
+    std::unique_ptr<Message> out, in;
+    if (sends) {
+      out = std::make_unique<Message>(w, 8000, w.rank, peer, bytes, kind);
+      out->fillAsSender();
+    }
+    if (receives) {
+      in = std::make_unique<Message>(w, 8000, peer, w.rank, bytes, kind);
+      in->poison();
+    }
     auto start = Clock::now();
     EXPECT_OK(ncclGroupStart());
-    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
-    EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    if (sends) EXPECT_OK(ncclSend(out->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    if (receives) EXPECT_OK(ncclRecv(in->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
     EXPECT_OK(ncclGroupEnd());
     EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
     printf("large message of %zu bytes (%s) in %.3f s\n", bytes,
            kind == BufferKind::Mapped ? "zero-copy" : "FIFO", secondsSince(start));
-    in.verify("large");
+    if (receives) in->verify("large");
   }
 }
 
