@@ -18,6 +18,7 @@
 #include "common/random.h"
 #include "mp_check.h"
 #include "ferry.h"
+#include "mp_cases.h"
 #include "nccl.h"
 
 // NCCL's device-API entry point (not in nccl.h); Ferry exports it for PyTorch.
@@ -29,26 +30,8 @@ using ferry::test::Clock;
 using ferry::test::gFailures;
 using ferry::test::secondsSince;
 
-struct Ctx {
-  ferry::test::LaunchEnv env;
-  uint64_t seed = 0;
-};
-
-void selectDevice(const Ctx& ctx) {
-  int n = 0;
-  if (ncclFerryGetDeviceCount(&n) == ncclSuccess && n > 0) {
-    (void)ncclFerrySetDevice((ctx.env.localRank < 0 ? 0 : ctx.env.localRank) % n);
-  }
-}
-
-// The world communicator, formed with the launcher's NCCL_COMM_ID.
-ncclComm_t worldComm(const Ctx& ctx) {
-  ncclUniqueId id;
-  EXPECT_OK(ncclGetUniqueId(&id));
-  ncclComm_t comm = nullptr;
-  EXPECT_OK(ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank));
-  return comm;
-}
+using Ctx = ferry::test::CaseCtx;
+using ferry::test::worldComm;
 
 // A fresh unique id made by rank 0 and shared over `parent`, so every
 // iteration has its own root (NCCL_COMM_ID would reuse one port).
@@ -339,31 +322,17 @@ void caseInitAll(const Ctx& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: ferry-run -n N %s <case>\n", argv[0]);
-    return 2;
-  }
-  Ctx ctx;
-  std::string error;
-  if (!ferry::test::readLaunchEnv(&ctx.env, &error)) {
-    fprintf(stderr, "%s\n", error.c_str());
-    return 2;
-  }
-  ctx.seed = ferry::test::testSeed();
-  selectDevice(ctx);
-  const std::map<std::string, std::function<void(const Ctx&)>> cases = {
-      {"init", caseInit},       {"nonblocking", caseNonblocking},
-      {"split", caseSplit},     {"abort", caseAbort},
-      {"missing", caseMissing}, {"duprank", caseDuplicateRank},
-      {"badargs", caseBadArgs}, {"initall", caseInitAll},
-      {"badknob", caseBadKnob}, {"knobmismatch", caseKnobMismatch},
-  };
-  auto it = cases.find(argv[1]);
-  if (it == cases.end()) {
-    fprintf(stderr, "unknown case %s\n", argv[1]);
-    return 2;
-  }
-  it->second(ctx);
-  printf("%s %s: %d failure(s)\n", gFailures == 0 ? "PASS" : "FAIL", argv[1], gFailures.load());
-  return gFailures == 0 ? 0 : 1;
+  return ferry::test::runCases(argc, argv,
+                               {
+                                   {"init", caseInit},
+                                   {"nonblocking", caseNonblocking},
+                                   {"split", caseSplit},
+                                   {"abort", caseAbort},
+                                   {"missing", caseMissing},
+                                   {"duprank", caseDuplicateRank},
+                                   {"badargs", caseBadArgs},
+                                   {"initall", caseInitAll},
+                                   {"badknob", caseBadKnob},
+                                   {"knobmismatch", caseKnobMismatch},
+                               });
 }

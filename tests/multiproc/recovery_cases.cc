@@ -15,6 +15,7 @@
 #include "common/proc.h"
 #include "common/random.h"
 #include "ferry.h"
+#include "mp_cases.h"
 #include "mp_check.h"
 #include "nccl.h"
 
@@ -22,26 +23,9 @@ namespace {
 
 using ferry::test::gFailures;
 
-struct Ctx {
-  ferry::test::LaunchEnv env;
-  uint64_t seed = 0;
-};
-
-ncclComm_t worldComm(const Ctx& ctx) {
-  ncclUniqueId id;
-  EXPECT_OK(ncclGetUniqueId(&id));
-  ncclComm_t comm = nullptr;
-  EXPECT_OK(ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank));
-  return comm;
-}
-
-// Seeds differ per process: every rank adopts rank 0's.
-uint64_t agreedSeed(ncclComm_t world, const Ctx& ctx) {
-  std::vector<uint64_t> seeds(ctx.env.nranks, 0);
-  seeds[ctx.env.rank] = ctx.seed;
-  EXPECT_OK(ncclFerryBootstrapAllGather(world, seeds.data(), sizeof(uint64_t)));
-  return seeds[0];
-}
+using Ctx = ferry::test::CaseCtx;
+using ferry::test::agreedSeed;
+using ferry::test::worldComm;
 
 // Rank `who`'s contribution, a function of the round's seed (integers, so
 // float sums are exact in any order).
@@ -283,33 +267,11 @@ void caseSimulate(const Ctx& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: ferry-run -n N %s scalable|shrink|revoke|simulate\n", argv[0]);
-    return 2;
-  }
-  Ctx ctx;
-  std::string error;
-  if (!ferry::test::readLaunchEnv(&ctx.env, &error)) {
-    fprintf(stderr, "%s\n", error.c_str());
-    return 2;
-  }
-  ctx.seed = ferry::test::testSeed();
-  int ndev = 0;
-  if (ncclFerryGetDeviceCount(&ndev) == ncclSuccess && ndev > 0) {
-    (void)ncclFerrySetDevice(ctx.env.localRank % ndev);
-  }
-  const std::map<std::string, std::function<void(const Ctx&)>> cases = {
-      {"scalable", caseScalable},
-      {"shrink", caseShrink},
-      {"revoke", caseRevoke},
-      {"simulate", caseSimulate},
-  };
-  auto it = cases.find(argv[1]);
-  if (it == cases.end()) {
-    fprintf(stderr, "unknown case %s\n", argv[1]);
-    return 2;
-  }
-  it->second(ctx);
-  printf("%s %s: %d failure(s)\n", gFailures == 0 ? "PASS" : "FAIL", argv[1], gFailures.load());
-  return gFailures == 0 ? 0 : 1;
+  return ferry::test::runCases(argc, argv,
+                               {
+                                   {"scalable", caseScalable},
+                                   {"shrink", caseShrink},
+                                   {"revoke", caseRevoke},
+                                   {"simulate", caseSimulate},
+                               });
 }
