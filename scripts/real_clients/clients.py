@@ -18,8 +18,9 @@ the same model on one GPU, then step time), fsdp2 (fully_shard, Adam; losses
 and the gathered parameters checked against a one-GPU model), ddp (gradients
 checked), a2a (uneven all_to_all_single, MoE-dispatch sized, new tensors
 every iteration, compared exactly), batch (batch_isend_irecv ring, exact),
-blocking (send/recv in pipeline order), groups (64 extra communicators:
-memory held and set-up time; not in the default list). Every rank uses the same seed
+blocking (send/recv in pipeline order), groups and p2pgroups (64 extra
+communicators used by an all_reduce and a send/recv ring, or by the ring
+only: memory held and set-up time; not in the default list). Every rank uses the same seed
 (--seed, or CLIENT_SEED, default 4242): each rank regenerates the others'
 data, so a seed that differed between ranks would be a test bug.
 """
@@ -399,13 +400,15 @@ def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
     rep.emit("blocking", ok, median_ms=round(sync_max(times[len(times) // 2], device), 4))
 
 
-def case_groups(rep: Reporter, rank: int, world: int, device, seed: int):
+def run_groups(rep: Reporter, name: str, rank: int, world: int, device, seed: int,
+               collectives: bool):
     """Many communicators (issue 19): CLIENT_GROUPS (64) torch groups over
     every rank, as a framework builds for its data, tensor, pipeline and
-    expert groups, each used once by an all_reduce and a batch_isend_irecv
-    ring (both checked). Reports the set-up time (groups + first use) and the
-    device memory they hold: the drop of free device memory, which counts the
-    library's own allocations (torch's cache adds a few MiB for the tensors)."""
+    expert groups, each used once by a batch_isend_irecv ring and, with
+    `collectives`, an all_reduce (both checked). Reports the set-up time
+    (groups + first use) and the device memory they hold: the drop of free
+    device memory, which counts the library's own allocations (torch's cache
+    adds a few MiB for the tensors)."""
     n = int(os.environ.get("CLIENT_GROUPS", "64"))
     torch.cuda.synchronize()
     dist.barrier()
@@ -415,10 +418,11 @@ def case_groups(rep: Reporter, rank: int, world: int, device, seed: int):
     ok = True
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     for i, g in enumerate(groups):
-        x = seeded(seed + 1000 * i + rank, 1024, device=device)
-        dist.all_reduce(x, group=g)
-        want = sum(seeded(seed + 1000 * i + r, 1024, device=device) for r in range(world))
-        ok = ok and torch.allclose(x, want, rtol=1e-5, atol=1e-5)
+        if collectives:
+            x = seeded(seed + 1000 * i + rank, 1024, device=device)
+            dist.all_reduce(x, group=g)
+            want = sum(seeded(seed + 1000 * i + r, 1024, device=device) for r in range(world))
+            ok = ok and torch.allclose(x, want, rtol=1e-5, atol=1e-5)
         out = seeded(seed + 1000 * i + 500 + rank, 4096, device=device)
         inp = torch.full((4096,), float("nan"), device=device)
         ops = [dist.P2POp(dist.isend, out, nxt, group=g), dist.P2POp(dist.irecv, inp, prv, group=g)]
@@ -430,11 +434,22 @@ def case_groups(rep: Reporter, rank: int, world: int, device, seed: int):
     held = (free0 - torch.cuda.mem_get_info(device)[0]) / 2**20
     if not ok:
         print(f"rank {rank}: a group's all_reduce or ring exchange was WRONG", flush=True)
-    rep.emit("groups", ok, groups=n, setup_s=round(sync_max(setup, device), 3),
+    rep.emit(name, ok, groups=n, setup_s=round(sync_max(setup, device), 3),
              held_mib=round(sync_max(held, device), 1),
              mib_per_group=round(sync_max(held, device) / n, 2))
     for g in groups:
         dist.destroy_process_group(g)
+
+
+def case_groups(rep: Reporter, rank: int, world: int, device, seed: int):
+    """Groups used by an all_reduce (4 KiB) and a send/recv ring."""
+    run_groups(rep, "groups", rank, world, device, seed, collectives=True)
+
+
+def case_p2pgroups(rep: Reporter, rank: int, world: int, device, seed: int):
+    """Groups used only by a send/recv ring: with Ferry's rings on first use
+    (NCCL_RUNTIME_CONNECT=1) they hold no collective FIFOs."""
+    run_groups(rep, "p2pgroups", rank, world, device, seed, collectives=False)
 
 
 def main():
