@@ -52,11 +52,18 @@ typedef struct {
 } ncclFerryPeerStats_t;
 ncclResult_t ncclFerryCommPeerStats(ncclComm_t comm, int peer, ncclFerryPeerStats_t* stats);
 
-/* Memory this rank's communicator holds for its connections (device memory,
- * or host shared memory with SHM): kernel point-to-point's FIFOs and, once
- * its first collective has run (NCCL_RUNTIME_CONNECT=1, the default) or from
- * init (=0), the collective ring's; and the ring's FIFOs alone (0 while it is
- * not set up). Either output may be NULL. */
+/* Memory this rank's communicator holds (device memory, or host shared
+ * memory with SHM): heldBytes, its connections: kernel point-to-point's FIFOs
+ * and, once its first collective of each protocol has run
+ * (NCCL_RUNTIME_CONNECT=1, the default) or from init (=0), the collective
+ * rings'; collectiveFifoBytes, the rings' FIFOs alone (0 while none is set
+ * up); stagingBytes, the SM-free path's staging blocks (grown on demand by
+ * messages whose buffers a peer cannot map, kept for reuse). Any output may
+ * be NULL. */
+ncclResult_t ncclFerryCommMemory(ncclComm_t comm, unsigned long long* heldBytes,
+                                 unsigned long long* collectiveFifoBytes,
+                                 unsigned long long* stagingBytes);
+
 /* A window of comm (ncclCommWindowRegister): how many peers' windows this
  * process mapped at registration (peer processes on this host reached over
  * P2P), and whether peer processes can map this rank's buffer (0: e.g. pool
@@ -64,9 +71,6 @@ ncclResult_t ncclFerryCommPeerStats(ncclComm_t comm, int peer, ncclFerryPeerStat
  * output may be NULL. */
 ncclResult_t ncclFerryWindowInfo(ncclComm_t comm, ncclWindow_t win, int* peersMapped,
                                  int* mappable);
-
-ncclResult_t ncclFerryCommMemory(ncclComm_t comm, unsigned long long* heldBytes,
-                                 unsigned long long* collectiveFifoBytes);
 
 #ifdef __cplusplus
 }

@@ -65,12 +65,14 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommPeerStats(ncclComm_t comm, in
 
 extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommMemory(ncclComm_t comm,
                                                           unsigned long long* heldBytes,
-                                                          unsigned long long* collectiveFifoBytes) {
+                                                          unsigned long long* collectiveFifoBytes,
+                                                          unsigned long long* stagingBytes) {
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     FERRY_CHECK(readyComm(comm, __func__, &c));
     if (heldBytes != nullptr) *heldBytes = c->coll()->regionBytes();
     if (collectiveFifoBytes != nullptr) *collectiveFifoBytes = c->coll()->collectiveFifoBytes();
+    if (stagingBytes != nullptr) *stagingBytes = c->p2p()->stagingBytes();
     return ncclSuccess;
   });
 }

@@ -82,6 +82,10 @@ class P2pEngine {
   void peerStats(int peer, uint64_t out[5]) const;
   // "peer N: X ops, Y bytes ..." lines for INFO logs and tests.
   std::string describeCounters() const;
+  // Staging blocks held (grown on demand, kept for reuse; owner thread).
+  uint64_t stagingBytes() const {
+    return (devicePool_ ? devicePool_->bytes() : 0) + (hostPool_ ? hostPool_->bytes() : 0);
+  }
 
   // Windows (comm/windows.h). How a peer process would map `bytes` at
   // `buffer` (*mappable false: it cannot, e.g. pool or cuMem memory on CUDA).

@@ -92,12 +92,12 @@ void checkAllReduce(ncclComm_t comm, int nranks, size_t n, uint64_t seed, const 
 }
 
 struct Held {
-  unsigned long long bytes = 0, fifo = 0;
+  unsigned long long bytes = 0, fifo = 0, staging = 0;
 };
 
 Held heldBy(ncclComm_t comm) {
   Held h;
-  EXPECT_OK(ncclFerryCommMemory(comm, &h.bytes, &h.fifo));
+  EXPECT_OK(ncclFerryCommMemory(comm, &h.bytes, &h.fifo, &h.staging));
   return h;
 }
 
@@ -240,6 +240,9 @@ void caseWindow(const Ctx& ctx) {
   EXPECT_TRUE(after.sendZeroCopyOps - before.sendZeroCopyOps == rounds,
               "%llu of %d window sends were zero-copy",
               after.sendZeroCopyOps - before.sendZeroCopyOps, rounds);
+  // Nothing went through a staging block (FERRY_P2P_STAGE_SENDS=0 on CUDA).
+  EXPECT_TRUE(heldBy(world).staging == 0, "window messages grew %llu bytes of staging",
+              heldBy(world).staging);
 
   // Memory peers cannot map (malloc; the CUDA pool) registers too (its
   // messages stage).
