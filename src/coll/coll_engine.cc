@@ -502,8 +502,6 @@ Status CollEngine::connect(int proto) {
     proxy_->addRingHops(this, std::move(hops),
                         [this](int peer, const std::string& why) { hopFailed(peer, why); });
   }
-  connectedBytes_.fetch_add(ring.regionBytes, std::memory_order_relaxed);
-  connectedFifoBytes_.fetch_add(ring.collectiveFifoBytes, std::memory_order_relaxed);
   FERRY_INFO(
       kLogInit | kLogColl, "collectives: %s ring set up in %.1f ms (%.1f MiB)",
       ll ? "LL" : "Simple",

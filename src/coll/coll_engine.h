@@ -76,11 +76,9 @@ class CollEngine {
   // device memory, or host shared memory with SHM), and the collective
   // channels' share of it (0 until the first collective, by default).
   uint64_t regionBytes() const {
-    return peers_.regionBytes + connectedBytes_.load(std::memory_order_relaxed);
+    return peers_.regionBytes + ringBytes(&RingResources::regionBytes);
   }
-  uint64_t collectiveFifoBytes() const {
-    return connectedFifoBytes_.load(std::memory_order_relaxed);
-  }
+  uint64_t collectiveFifoBytes() const { return ringBytes(&RingResources::collectiveFifoBytes); }
   bool regionInHostMemory() const { return peers_.shm || rings_[0].shm || rings_[1].shm; }
 
   // Whether launching these tasks first sets up a protocol's ring (a
@@ -128,6 +126,15 @@ class CollEngine {
   CollEngine() = default;
   // The protocol (algo::kProtoLL / kProtoSimple) and total bytes of a task.
   int protoOf(const CollTask& t, uint64_t* bytes) const;
+  // `field` summed over the rings set up so far (owner thread, as NCCL's
+  // rule for every call on a communicator).
+  uint64_t ringBytes(uint64_t RingResources::*field) const {
+    uint64_t sum = 0;
+    for (int p = 0; p < 2; ++p) {
+      if (connectDone_[p] && connectStatus_[p] == ncclSuccess) sum += rings_[p].*field;
+    }
+    return sum;
+  }
   // Sets up protocol `proto`'s ring once.
   [[nodiscard]] Status connect(int proto);
   // *threads: the block size for this launch (0: the kernel's default).
@@ -158,10 +165,6 @@ class CollEngine {
   bool ringPossible_ = true;
   bool connectDone_[2] = {false, false};
   Status connectStatus_[2] = {ncclSuccess, ncclSuccess};
-  // The rings' regionBytes and collectiveFifoBytes, summed as they are set
-  // up (any thread reads).
-  std::atomic<uint64_t> connectedBytes_{0};
-  std::atomic<uint64_t> connectedFifoBytes_{0};
   std::unique_ptr<rt::HostMemory> abortWord_;  // uint32, device-mapped
   int64_t timeoutNs_ = 0;                      // FERRY_COLL_TIMEOUT
   int64_t p2pTimeoutNs_ = 0;                   // FERRY_P2P_TIMEOUT (kernel p2p)

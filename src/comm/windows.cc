@@ -85,7 +85,6 @@ Status WindowTable::add(void* buffer, uint64_t size, int flags, Window** out) {
   if (n > 1) FERRY_CHECK(comm_->bootstrap()->allGather(infos.data(), sizeof(WindowInfo)));
   FERRY_CHECK(checkAll(infos, me));
   auto w = std::make_unique<Window>();
-  w->comm = comm_;
   w->buffer = buffer;
   w->size = size;
   w->flags = flags;
@@ -124,7 +123,6 @@ Status WindowTable::remove(Window* w) {
                  "ncclCommWindowDeregister: %p is not a window of this communicator",
                  static_cast<void*>(w));
     }
-    (*it)->magic = 0;
     gone = std::move(*it);
     windows_.erase(it);
   }

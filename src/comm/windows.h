@@ -33,10 +33,9 @@ namespace ferry {
 
 class Communicator;
 
+// A window is known by its address in its communicator's table (every
+// lookup goes through the table, so a stale or foreign handle is refused).
 struct Window {
-  static constexpr uint64_t kMagic = 0x46657272795769ULL;  // "FerryWi"
-  uint64_t magic = kMagic;
-  const Communicator* comm = nullptr;
   void* buffer = nullptr;
   uint64_t size = 0;
   int flags = 0;

@@ -45,12 +45,13 @@ float valueOf(uint64_t seed, int who, size_t i) {
   return static_cast<float>((h + i * 131) % 2000) - 1000.0f;
 }
 
-// Each rank sends `n` fresh floats to the next rank and receives the
-// previous rank's; checks every element.
-void checkRing(ncclComm_t comm, int me, int nranks, size_t n, uint64_t seed, const char* what) {
+// Each rank sends `n` fresh floats from `send` to the next rank and
+// receives the previous rank's into `recv` (poisoned first); checks every
+// element.
+void ringExchange(ncclComm_t comm, int me, int nranks, TestBuffer& send, TestBuffer& recv, size_t n,
+                  uint64_t seed, const char* what) {
   std::vector<float> out(n), in(n, -1e30f);
   for (size_t i = 0; i < n; ++i) out[i] = valueOf(seed, me, i);
-  TestBuffer send(n * sizeof(float), BufferKind::Plain), recv(n * sizeof(float), BufferKind::Plain);
   send.upload(out.data(), n * sizeof(float));
   recv.upload(in.data(), n * sizeof(float));  // poison
   const int next = (me + 1) % nranks, prev = (me + nranks - 1) % nranks;
@@ -68,6 +69,12 @@ void checkRing(ncclComm_t comm, int me, int nranks, size_t n, uint64_t seed, con
                   want);
     }
   }
+}
+
+// ringExchange between fresh buffers.
+void checkRing(ncclComm_t comm, int me, int nranks, size_t n, uint64_t seed, const char* what) {
+  TestBuffer send(n * sizeof(float), BufferKind::Plain), recv(n * sizeof(float), BufferKind::Plain);
+  ringExchange(comm, me, nranks, send, recv, n, seed, what);
 }
 
 void checkAllReduce(ncclComm_t comm, int nranks, size_t n, uint64_t seed, const char* what) {
@@ -168,30 +175,6 @@ void caseMany(const Ctx& ctx) {
   EXPECT_OK(ncclCommDestroy(world));
 }
 
-// SM-free messages (above FERRY_P2P_KERNEL_MAX_BYTES' 2 MiB default) from
-// one window into another, each rank to the next; every element checked.
-void windowRing(ncclComm_t comm, int me, int n, TestBuffer& send, TestBuffer& recv, size_t count,
-                uint64_t seed) {
-  std::vector<float> out(count), in(count, -1e30f);
-  for (size_t i = 0; i < count; ++i) out[i] = valueOf(seed, me, i);
-  send.upload(out.data(), count * sizeof(float));
-  recv.upload(in.data(), count * sizeof(float));  // poison
-  const int next = (me + 1) % n, prev = (me + n - 1) % n;
-  EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclSend(send.data(), count, ncclFloat, next, comm, nullptr));
-  EXPECT_OK(ncclRecv(recv.data(), count, ncclFloat, prev, comm, nullptr));
-  EXPECT_OK(ncclGroupEnd());
-  EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
-  recv.download(in.data(), count * sizeof(float));
-  int bad = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (in[i] != valueOf(seed, prev, i) && bad++ < 3) {
-      EXPECT_TRUE(false, "window message: element %zu is %g, expected %g", i, in[i],
-                  valueOf(seed, prev, i));
-    }
-  }
-}
-
 // Every rank gets `want` from a registration where only `badRank` passes
 // `badSize` (and the others `size`).
 void expectRefused(ncclComm_t comm, int me, void* buf, size_t size, int flags, int badRank,
@@ -234,7 +217,9 @@ void caseWindow(const Ctx& ctx) {
   EXPECT_OK(ncclFerryCommPeerStats(world, next, &before));
   const int rounds = 3;
   for (int r = 0; r < rounds; ++r) {
-    windowRing(world, me, n, sendMem, recvMem, count, seed + 17 * static_cast<uint64_t>(r));
+    // SM-free: above FERRY_P2P_KERNEL_MAX_BYTES' 2 MiB default.
+    ringExchange(world, me, n, sendMem, recvMem, count, seed + 17 * static_cast<uint64_t>(r),
+                 "window message");
   }
   EXPECT_OK(ncclFerryCommPeerStats(world, next, &after));
   EXPECT_TRUE(after.sendZeroCopyOps - before.sendZeroCopyOps == rounds,
