@@ -64,6 +64,12 @@ ncclResult_t ncclFerryCommMemory(ncclComm_t comm, unsigned long long* heldBytes,
                                  unsigned long long* collectiveFifoBytes,
                                  unsigned long long* stagingBytes);
 
+/* Collectives this rank's communicator has launched, by algorithm
+ * (NCCL_ALGO): on its own ring, and all-reduces run hierarchically across
+ * hosts (README "Collectives across hosts"). Either output may be NULL. */
+ncclResult_t ncclFerryCommAlgoStats(ncclComm_t comm, unsigned long long* ringColls,
+                                    unsigned long long* hierColls);
+
 /* A window of comm (ncclCommWindowRegister): how many peers' windows this
  * process mapped at registration (peer processes on this host reached over
  * P2P), and whether peer processes can map this rank's buffer (0: e.g. pool

@@ -115,7 +115,7 @@ struct CollArgs {
   int32_t rootPos;     // ring position of the root (broadcast, reduce)
   int32_t nchannels;   // channels used by this launch (<= allocated)
   uint32_t nslots;     // FIFO slots per channel (>= 2, even)
-  uint16_t avg;        // 1: divide the final value by nranks (ncclAvg)
+  uint16_t avg;        // ncclAvg: divide the final value by this (0: not Avg)
   uint16_t proto;      // CollProto
   uint64_t slotBytes;  // bytes per slot of this launch's protocol (FIFO: multiple
                        // of 16; LL: of 32). The struct's size is kept as small

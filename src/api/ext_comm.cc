@@ -70,9 +70,21 @@ extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommMemory(ncclComm_t comm,
   return apiGuard(__func__, [&]() -> Status {
     Communicator* c = nullptr;
     FERRY_CHECK(readyComm(comm, __func__, &c));
-    if (heldBytes != nullptr) *heldBytes = c->coll()->regionBytes();
-    if (collectiveFifoBytes != nullptr) *collectiveFifoBytes = c->coll()->collectiveFifoBytes();
+    if (heldBytes != nullptr) *heldBytes = c->heldBytes();
+    if (collectiveFifoBytes != nullptr) *collectiveFifoBytes = c->collectiveFifoBytes();
     if (stagingBytes != nullptr) *stagingBytes = c->p2p()->stagingBytes();
+    return ncclSuccess;
+  });
+}
+
+extern "C" FERRY_VISIBLE ncclResult_t ncclFerryCommAlgoStats(ncclComm_t comm,
+                                                             unsigned long long* ringColls,
+                                                             unsigned long long* hierColls) {
+  return apiGuard(__func__, [&]() -> Status {
+    Communicator* c = nullptr;
+    FERRY_CHECK(readyComm(comm, __func__, &c));
+    if (ringColls != nullptr) *ringColls = c->ringCollCount();
+    if (hierColls != nullptr) *hierColls = c->hierCollCount();
     return ncclSuccess;
   });
 }

@@ -48,9 +48,7 @@ Status createAndInit(ncclComm_t* out, InitContext ctx, int nranks, int rank,
 }
 
 Status freshUniqueId(const Params& params, ncclUniqueId* id) {
-  boot::BootstrapOptions opts = boot::BootstrapOptions::fromParams(params);
-  opts.commId.clear();
-  return boot::createUniqueId(opts, id);
+  return boot::createFreshUniqueId(params, id);
 }
 
 void destroyHandle(ncclComm_t handle) {

@@ -151,6 +151,12 @@ Status createUniqueId(const BootstrapOptions& options, ncclUniqueId* id) {
   return ncclSuccess;
 }
 
+Status createFreshUniqueId(const Params& params, ncclUniqueId* id) {
+  BootstrapOptions opts = BootstrapOptions::fromParams(params);
+  opts.commId.clear();
+  return createUniqueId(opts, id);
+}
+
 namespace {
 
 // Scalable init: root k serves the ranks [sliceStart(k), sliceStart(k+1)).

@@ -47,6 +47,10 @@ struct BootstrapOptions {
 // NCCL_COMM_ID set (options.commId), no thread starts: the id names that
 // address and rank 0 serves the root when it calls Bootstrap::create.
 [[nodiscard]] Status createUniqueId(const BootstrapOptions& options, ncclUniqueId* id);
+// A unique id with its own root thread, for a communicator Ferry makes from
+// another (split, shrink, InitAll, the hierarchical all-reduce's): NCCL_COMM_ID
+// names the address of the user's world communicator only, never these.
+[[nodiscard]] Status createFreshUniqueId(const Params& params, ncclUniqueId* id);
 
 // Human-readable "addr:port magic=..." for logs.
 std::string describeUniqueId(const ncclUniqueId& id);

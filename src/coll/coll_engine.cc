@@ -257,6 +257,15 @@ Status CollEngine::destroyOp(int op) {
   return ncclSuccess;
 }
 
+bool CollEngine::userOpScalar(int op, const void** scalar, int* residence) const {
+  const size_t i = static_cast<size_t>(op) - kNumBuiltinOps;
+  if (op < kNumBuiltinOps || i >= ops_.size() || !ops_[i].live) return false;
+  const UserOp& u = ops_[i];
+  *residence = u.onDevice ? 0 : 1;
+  *scalar = u.onDevice ? u.ptr : static_cast<const void*>(&u.bits);
+  return true;
+}
+
 Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelType,
                             unsigned* threads) const {
   memset(a, 0, sizeof(*a));
@@ -317,10 +326,19 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
     case 3:
       a->fn = algo::kFnMin;
       break;
-    case 4:
+    case 4: {
+      // The hierarchical all-reduce's step across hosts divides by every
+      // rank of the parent, not by its own ranks.
+      const uint32_t divisor =
+          t.avgDivisor != 0 ? t.avgDivisor : static_cast<uint32_t>(ring.nranks);
+      if (divisor > UINT16_MAX) {
+        FERRY_FAIL(ncclInvalidUsage, "ncclAvg over %u ranks: Ferry divides by at most %u", divisor,
+                   static_cast<unsigned>(UINT16_MAX));
+      }
       a->fn = algo::kFnSum;
-      a->avg = 1;
+      a->avg = static_cast<uint16_t>(divisor);
       break;
+    }
     default: {
       const UserOp& u = ops_[static_cast<size_t>(t.op) - kNumBuiltinOps];
       a->fn = algo::kFnPreMulSum;

@@ -54,6 +54,9 @@ struct CollTask {
   int op = 0;  // ncclRedOp_t (built-in or from createPreMulSum)
   int root = 0;
   void* stream = nullptr;
+  // ncclAvg: divide by this many ranks instead of this communicator's (the
+  // hierarchical all-reduce's step across hosts divides by its parent's).
+  uint32_t avgDivisor = 0;
 };
 
 // NCCL_PROTO: which collective protocols may be used. A comma list of LL,
@@ -105,6 +108,9 @@ class CollEngine {
   // value read now.
   [[nodiscard]] Status createPreMulSum(const void* scalar, int dataType, int residence, int* op);
   [[nodiscard]] Status destroyOp(int op);
+  // A live user-created op's scalar and residence as createPreMulSum took
+  // them (to make the same op on another engine); false for a built-in op.
+  bool userOpScalar(int op, const void** scalar, int* residence) const;
 
   // Makes running kernels of this communicator stop at their next wait.
   void abortKernels();

@@ -152,7 +152,7 @@ int runTyped(const algo::CollArgs& a) {
   algo::CollOp<T, kFn> op{};
   op.scalar = a.scalarPtr != nullptr ? *static_cast<const T*>(a.scalarPtr)
                                      : algo::scalarFromBits<T>(a.scalarBits);
-  op.nranks = a.nranks;
+  op.nranks = a.avg != 0 ? a.avg : a.nranks;
   op.avg = a.avg != 0;
   using Op = algo::CollOp<T, kFn>;
   for (int h = 0; h < a.nchannels; ++h) {

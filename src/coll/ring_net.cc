@@ -12,16 +12,16 @@ namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kNetDev = 0;  // as the point-to-point connections (net_setup.cc)
-
 // One hop of channel `channel` with `peer`, its engine connection not yet
-// made (a receiver listens once its handle has a place to go).
-std::unique_ptr<RingHop> newHop(net::NetEngine* engine, bool isSend, int peer, int channel) {
+// made (a receiver listens once its handle has a place to go). Channels
+// spread over the engine's devices (NICs).
+std::unique_ptr<RingHop> newHop(net::NetEngine* engine, const Topology& t, bool isSend, int peer,
+                                int channel) {
   auto hop = std::make_unique<RingHop>();
   hop->isSend = isSend;
   hop->peer = peer;
   hop->channel = channel;
-  hop->link = std::make_unique<NetLink>(engine, kNetDev, isSend);
+  hop->link = std::make_unique<NetLink>(engine, netDevFor(engine, t, channel), isSend);
   return hop;
 }
 
@@ -79,8 +79,8 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
   for (auto& h : handles) h.fill(0);
   if (engine != nullptr && prevRemote) {
     for (int c = 0; c < nchannels; ++c) {
-      auto hop = newHop(engine, false, prevRank, c);
-      FERRY_CHECK(engine->listen(kNetDev, handles[t.myRank * nchannels + c].data(),
+      auto hop = newHop(engine, t, false, prevRank, c);
+      FERRY_CHECK(engine->listen(hop->link->dev, handles[t.myRank * nchannels + c].data(),
                                  &hop->link->listenComm));
       out->hops.push_back(std::move(hop));
     }
@@ -92,7 +92,7 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
   std::vector<NetHandle> nextHandles(handles.begin() + nextRank * nchannels,
                                      handles.begin() + (nextRank + 1) * nchannels);
   if (nextRemote) {
-    for (int c = 0; c < nchannels; ++c) out->hops.push_back(newHop(engine, true, nextRank, c));
+    for (int c = 0; c < nchannels; ++c) out->hops.push_back(newHop(engine, t, true, nextRank, c));
   }
   FERRY_CHECK(connectHops(ctx, nextHandles, out->hops));
 
@@ -127,9 +127,10 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
   }
   FERRY_INFO(kLogInit | kLogColl | kLogNet,
              "collectives: ring across hosts: %s rank %d, %s rank %d, %d channel(s) each via "
-             "NET/%s",
+             "NET/%s (channel 0 on device %d)",
              prevRemote ? "receives from" : "local previous", prevRank,
-             nextRemote ? "sends to" : "local next", nextRank, nchannels, engine->name());
+             nextRemote ? "sends to" : "local next", nextRank, nchannels, engine->name(),
+             netDevFor(engine, t, 0));
   return ncclSuccess;
 }
 

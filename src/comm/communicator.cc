@@ -28,6 +28,7 @@ Communicator::~Communicator() {
   (void)shutdownColl(true);
   (void)shutdownP2p(true);
   windows_.clear();  // windows never deregistered: their peer mappings go
+  hier_.reset();     // its communicators report to this one until they go
   coll_.reset();     // before the proxy the p2p engine holds goes away
   p2p_.reset();
 }
@@ -146,7 +147,45 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
   FERRY_CHECK(CollEngine::create(ctx, &coll_));
   coll_->setFailureHandler([this](int peer, const std::string& why) { peerFailed(peer, why); });
+  if (topology_.nHosts > 1 && coll_->available()) hier_ = std::make_unique<HierAllReduce>(this);
   return ncclSuccess;
+}
+
+Status Communicator::launchColl(const std::vector<CollTask>& tasks) {
+  // Runs of ring tasks between hierarchical ones, in call order.
+  std::vector<CollTask> ring;
+  for (const CollTask& t : tasks) {
+    if (!hier_ || !hier_->chosen(t)) {
+      ring.push_back(t);
+      continue;
+    }
+    if (!ring.empty()) FERRY_CHECK(coll_->launch(ring));
+    ringColls_ += ring.size();
+    ring.clear();
+    FERRY_CHECK(hier_->launch(t));
+    ++hierColls_;
+  }
+  if (ring.empty()) return ncclSuccess;
+  FERRY_CHECK(coll_->launch(ring));
+  ringColls_ += ring.size();
+  return ncclSuccess;
+}
+
+std::vector<CollTask> Communicator::ringTasks(const std::vector<CollTask>& tasks) const {
+  if (!hier_) return tasks;
+  std::vector<CollTask> ring;
+  for (const CollTask& t : tasks) {
+    if (!hier_->chosen(t)) ring.push_back(t);
+  }
+  return ring;
+}
+
+uint64_t Communicator::heldBytes() const {
+  return (coll_ ? coll_->regionBytes() : 0) + (hier_ ? hier_->regionBytes() : 0);
+}
+
+uint64_t Communicator::collectiveFifoBytes() const {
+  return (coll_ ? coll_->collectiveFifoBytes() : 0) + (hier_ ? hier_->collectiveFifoBytes() : 0);
 }
 
 Status Communicator::startLiveness(uint64_t commKey) {
@@ -193,7 +232,9 @@ void Communicator::peerFailed(int peer, const std::string& why) {
   // Kernels stop at their next wait; SM-free messages fail and release the
   // waits of this rank's streams. Both return at once.
   if (coll_) coll_->abortKernels();
+  if (hier_) hier_->abort();
   if (p2p_) p2p_->failAll();
+  if (peerFailedHook_) peerFailedHook_(peer, why);
 }
 
 Status Communicator::revoke() {
@@ -201,6 +242,7 @@ Status Communicator::revoke() {
   FERRY_INFO(kLogInit, "comm %p rank %d: revoked; stopping operations in flight",
              static_cast<void*>(this), rank_);
   if (coll_) coll_->abortKernels();
+  if (hier_) hier_->abort();
   if (p2p_) p2p_->failAll();
   Status c = shutdownColl(true);
   Status p = shutdownP2p(true);
@@ -216,8 +258,10 @@ Status Communicator::shutdownP2p(bool abort) {
 Status Communicator::shutdownColl(bool abort) {
   if (!coll_) return ncclSuccess;
   if (abort) coll_->abortKernels();
+  Status h = hier_ ? hier_->shutdown(abort) : ncclSuccess;
   int64_t limit = params_.getInt(ParamId::CollTimeout);
-  return coll_->shutdown(limit > 0 ? limit * 1000 : INT64_MAX / 1000000);
+  Status s = coll_->shutdown(limit > 0 ? limit * 1000 : INT64_MAX / 1000000);
+  return s != ncclSuccess ? s : h;
 }
 
 void Communicator::startInitThread(std::function<void()> job) {
@@ -229,6 +273,7 @@ void Communicator::abort() {
   abortFlag_.store(true, std::memory_order_release);
   waitInit();
   if (coll_) coll_->abortKernels();
+  if (hier_) hier_->abort();
 }
 
 void Communicator::waitInit() {

@@ -24,6 +24,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll/coll_engine.h"
+#include "comm/hier_allreduce.h"
 #include "comm/liveness.h"
 #include "comm/windows.h"
 #include "comm/config.h"
@@ -99,6 +100,23 @@ class Communicator {
   P2pEngine* p2p() const { return p2p_.get(); }
   // The collective engine (null until init succeeded).
   CollEngine* coll() const { return coll_.get(); }
+  // Launches one group's collectives of this communicator in call order:
+  // each on the ring, or hierarchically (comm/hier_allreduce.h).
+  [[nodiscard]] Status launchColl(const std::vector<CollTask>& tasks);
+  // The tasks of `tasks` that run on this communicator's own ring.
+  std::vector<CollTask> ringTasks(const std::vector<CollTask>& tasks) const;
+  // Memory held for collectives and kernel p2p, the internal communicators'
+  // included, and of it the collective FIFOs (ncclFerryCommMemory).
+  uint64_t heldBytes() const;
+  uint64_t collectiveFifoBytes() const;
+  // Collectives launched on the ring / hierarchically (owner thread).
+  uint64_t ringCollCount() const { return ringColls_; }
+  uint64_t hierCollCount() const { return hierColls_; }
+  // Called at the end of peerFailed (before init only): an internal
+  // communicator tells its parent.
+  void setPeerFailedHook(std::function<void(int peer, const std::string& why)> hook) {
+    peerFailedHook_ = std::move(hook);
+  }
   // Flushes (or, with abort, drops) outstanding point-to-point work.
   [[nodiscard]] Status shutdownP2p(bool abort);
   // Waits for (or, with abort, stops) running collective kernels.
@@ -125,6 +143,12 @@ class Communicator {
   Topology topology_;
   std::unique_ptr<P2pEngine> p2p_;
   std::unique_ptr<CollEngine> coll_;
+  // Spanning hosts only; destroyed before coll_ (its communicators call
+  // back into this one).
+  std::unique_ptr<HierAllReduce> hier_;
+  std::function<void(int, const std::string&)> peerFailedHook_;
+  uint64_t ringColls_ = 0;  // owner thread only
+  uint64_t hierColls_ = 0;
   WindowTable windows_{this};
   // Declared last of the engines: destroyed first, so no callback of its
   // monitor thread can reach an engine being torn down.

@@ -26,6 +26,33 @@ LinkCost linkCost(PeerLink link, bool hostRuntime) {
 
 namespace {
 
+// One ring collective over `n` ranks at `c`'s pace: `steps` ring steps and
+// `volume` bytes through each hop.
+double ringUs(const LinkCost& c, int steps, double volume) {
+  return c.launchUs + steps * c.stepUs + volume / (c.gbps * 1e3);
+}
+
+}  // namespace
+
+double allReduceRingUs(int nranks, int hosts, uint64_t bytes, bool hostRuntime) {
+  const LinkCost c = linkCost(hosts > 1 ? PeerLink::OtherHost : PeerLink::SameHost, hostRuntime);
+  const double n = nranks;
+  return ringUs(c, 2 * (nranks - 1), 2.0 * (n - 1) / n * static_cast<double>(bytes));
+}
+
+double allReduceHierUs(int hosts, int perHost, uint64_t bytes, bool hostRuntime) {
+  const LinkCost local = linkCost(PeerLink::SameHost, hostRuntime);
+  const double l = perHost;
+  const double b = static_cast<double>(bytes);
+  // Reduce-scatter and all-gather inside the host: (l-1)/l of the buffer each.
+  const double inside = 2 * ringUs(local, perHost - 1, (l - 1) / l * b);
+  const double across =
+      allReduceRingUs(hosts, hosts, bytes / static_cast<uint64_t>(perHost), hostRuntime);
+  return inside + across;
+}
+
+namespace {
+
 double collUs(const Topology& topo, bool hostRuntime, const CollTask& t) {
   const int n = static_cast<int>(topo.peers.size());
   const double elem = static_cast<double>(algo::typeBytes(t.dataType));

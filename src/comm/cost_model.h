@@ -28,6 +28,15 @@ struct LinkCost {
 // emulation, much slower than any GPU path).
 LinkCost linkCost(PeerLink link, bool hostRuntime);
 
+// Microseconds for an all-reduce of `bytes` over a ring of `nranks` ranks on
+// `hosts` hosts (its slowest hop crosses hosts when hosts > 1), and for the
+// hierarchical all-reduce on `hosts` hosts of `perHost` ranks each: a
+// reduce-scatter and an all-gather inside each host, and between them
+// perHost all-reduces of a 1/perHost shard across hosts, side by side. The
+// same on every rank (it decides which one runs: comm/coll_algo.h).
+double allReduceRingUs(int nranks, int hosts, uint64_t bytes, bool hostRuntime);
+double allReduceHierUs(int hosts, int perHost, uint64_t bytes, bool hostRuntime);
+
 // Microseconds for one communicator's tasks of one group: its collectives
 // run one after another; its point-to-point tasks after them, peers in
 // parallel.

@@ -163,7 +163,7 @@ double estimateUs(const std::vector<std::pair<Communicator*, std::vector<CollTas
 void connectRings(const std::vector<std::pair<Communicator*, std::vector<CollTask>>>& coll) {
   std::vector<const std::pair<Communicator*, std::vector<CollTask>>*> pending;
   for (const auto& e : coll) {
-    if (e.first->coll()->needsConnect(e.second)) pending.push_back(&e);
+    if (e.first->coll()->needsConnect(e.first->ringTasks(e.second))) pending.push_back(&e);
   }
   if (pending.size() < 2) return;
   std::vector<std::thread> threads;
@@ -173,7 +173,8 @@ void connectRings(const std::vector<std::pair<Communicator*, std::vector<CollTas
       Communicator* comm = e->first;
       LogRankScope scope(comm->rank());
       rt::DeviceScope device(comm->runtime(), comm->device());
-      if (device.status() == ncclSuccess) (void)comm->coll()->connectFor(e->second);
+      if (device.status() == ncclSuccess)
+        (void)comm->coll()->connectFor(comm->ringTasks(e->second));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -222,7 +223,7 @@ Status groupEnd() {
   for (auto& [comm, tasks] : coll) {
     LogRankScope scope(comm->rank());
     rt::DeviceScope device(comm->runtime(), comm->device());
-    Status t = device.status() != ncclSuccess ? device.status() : comm->coll()->launch(tasks);
+    Status t = device.status() != ncclSuccess ? device.status() : comm->launchColl(tasks);
     if (first == ncclSuccess) first = t;
   }
   for (auto& [comm, tasks] : p2p) {

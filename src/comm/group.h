@@ -39,12 +39,6 @@ int groupDepth();
 // slowest communicator of the group) and they are dropped. Deferred inits
 // still run (their handles are already the user's). Nested levels give 0.
 [[nodiscard]] Status groupSimulateEnd(float* estimatedUs);
-// ncclGroupSimulateEnd: ends one nesting level like groupEnd, but at the
-// outermost the group's collectives and point-to-point tasks are not
-// launched: *estimatedUs gets their estimated time (comm/cost_model.h; the
-// slowest communicator of the group) and they are dropped. Deferred inits
-// still run (their handles are already the user's). Nested levels give 0.
-[[nodiscard]] Status groupSimulateEnd(float* estimatedUs);
 
 // Collects a point-to-point task for the group's end (the caller opened a
 // group around it when the user did not).

@@ -30,6 +30,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::P2pLlLaneBytes,
     ParamId::P2pLlThreshold,
     ParamId::Proto,
+    ParamId::Algo,
     ParamId::CollChannels,
     ParamId::CollSlots,
     ParamId::CollSlotBytes,

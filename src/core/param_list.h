@@ -44,6 +44,10 @@
   X(Proto, "NCCL_PROTO", String, "",                                                               \
     "Collective protocols allowed: comma list of LL, LL128, Simple (case-insensitive); leading ^ " \
     "excludes. Ferry has LL and Simple; LL128 is accepted and ignored. Empty: by size.")         \
+  X(Algo, "NCCL_ALGO", String, "",                                                                \
+    "Collective algorithms allowed: comma list (leading ^ excludes), optionally per collective "  \
+    "as allreduce:tree;allgather:ring. Ring; Tree (Ferry: hierarchical all-reduce across hosts); " \
+    "others accepted and ignored. Empty: Ferry's cost model chooses.")                            \
   X(Runtime, "FERRY_RUNTIME", String, "auto",                                                     \
     "auto, cuda or host: which runtime a communicator uses (auto: cuda if a GPU is visible).")    \
   X(HostDevices, "FERRY_HOST_DEVICES", Int, "8", "Number of devices the host runtime emulates.")  \

@@ -51,6 +51,26 @@ bool parseParamBool(const std::string& text, bool* out) {
   return false;
 }
 
+// Parses v's text as d's type; a malformed value falls back to the default
+// (with a WARN) and counts as unset.
+void Params::parseValue(const ParamDef& d, Value* v) {
+  if (d.type == ParamType::String) return;
+  bool good = true;
+  if (d.type == ParamType::Int) {
+    good = parseParamInt(v->text, &v->i);
+  } else {
+    bool b = false;
+    good = parseParamBool(v->text, &b);
+    v->i = b ? 1 : 0;
+  }
+  if (good) return;
+  FERRY_WARN("Invalid value '%s' for %s; using default %s", v->text.c_str(), d.name,
+             d.defaultValue);
+  v->set = false;
+  v->text = d.defaultValue;
+  parseValue(d, v);  // the defaults always parse
+}
+
 Params Params::fromValues(const std::vector<std::pair<std::string, std::string>>& given) {
   Params p;
   const auto& defs = paramDefs();
@@ -65,31 +85,19 @@ Params Params::fromValues(const std::vector<std::pair<std::string, std::string>>
         v.text = kv.second;
       }
     }
-    if (d.type == ParamType::String) continue;
-    bool good = true;
-    if (d.type == ParamType::Int) {
-      good = parseParamInt(v.text, &v.i);
-    } else {
-      bool b = false;
-      good = parseParamBool(v.text, &b);
-      v.i = b ? 1 : 0;
-    }
-    if (!good) {
-      FERRY_WARN("Invalid value '%s' for %s; using default %s", v.text.c_str(), d.name,
-                 d.defaultValue);
-      v.set = false;
-      v.text = d.defaultValue;
-      if (d.type == ParamType::Int) {
-        (void)parseParamInt(v.text, &v.i);
-      } else {
-        bool b = false;
-        (void)parseParamBool(v.text, &b);
-        v.i = b ? 1 : 0;
-      }
-    } else if (v.set) {
-      FERRY_INFO(kLogEnv, "%s set by environment to %s", d.name, v.text.c_str());
-    }
+    parseValue(d, &v);
+    if (v.set) FERRY_INFO(kLogEnv, "%s set by environment to %s", d.name, v.text.c_str());
   }
+  return p;
+}
+
+Params Params::withValue(ParamId id, const std::string& text) const {
+  Params p = *this;
+  const size_t k = static_cast<size_t>(id);
+  Value& v = p.values_[k];
+  v.set = true;
+  v.text = text;
+  parseValue(paramDefs()[k], &v);
   return p;
 }
 

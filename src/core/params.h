@@ -43,6 +43,9 @@ class Params {
   static Params load();
   // Snapshot with explicit values (name -> text); unset names take defaults.
   static Params fromValues(const std::vector<std::pair<std::string, std::string>>& values);
+  // This snapshot with one knob set to `text` (for communicators Ferry makes
+  // for itself, which inherit their parent's settings but a few).
+  Params withValue(ParamId id, const std::string& text) const;
 
   int64_t getInt(ParamId id) const;
   bool getBool(ParamId id) const;
@@ -59,6 +62,7 @@ class Params {
     std::string text;
     int64_t i = 0;
   };
+  static void parseValue(const ParamDef& d, Value* v);
   std::vector<Value> values_;
 };
 

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kCollKernelThreads, 1) collKernel(algo::CollAr
   if constexpr (kFn == algo::kFnPreMulSum) {
     if (args.scalarPtr != nullptr) scalar = *static_cast<const T*>(args.scalarPtr);
   }
-  const Op op{scalar, args.nranks, args.avg != 0};
+  const Op op{scalar, args.avg != 0 ? static_cast<int32_t>(args.avg) : args.nranks, args.avg != 0};
   DevicePlatform::Ctx ctx = DevicePlatform::makeCtx(args, h);
   using Prims = std::conditional_t<kProto == algo::kProtoLL, algo::LlPrims<DevicePlatform, T, Op>,
                                    algo::RingPrims<DevicePlatform, T, Op>>;

@@ -12,10 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Every connection uses the engine's first device for now (NCCL picks the
-// NIC nearest to the GPU; Ferry's topology does not know NICs yet).
-constexpr int kNetDev = 0;
-
 // Pause between two passes over connections that all said "not yet".
 constexpr auto kIdleWait = std::chrono::microseconds(500);
 
@@ -25,7 +21,7 @@ Status makeNetConnection(const P2pSetupContext& ctx, net::NetEngine* engine, int
   c->device = ctx.device;
   c->transport = TransportId::Net;
   c->samePeerProcess = false;
-  c->net = std::make_unique<NetLink>(engine, kNetDev, c->isSend);
+  c->net = std::make_unique<NetLink>(engine, netDevFor(engine, *ctx.topology, peer), c->isSend);
   c->netBuffers = std::make_unique<NetBuffers>(ctx.runtime, c->net.get());
   FERRY_CHECK(c->netBuffers->init());
   // The copies between the user's buffer and the connection's host memory
@@ -73,6 +69,13 @@ void logConnected(const ConnectionBase& c, int me) {
 
 }  // namespace
 
+int netDevFor(net::NetEngine* engine, const Topology& t, int spread) {
+  int count = 0;
+  if (engine->devices(&count) != ncclSuccess || count <= 1) return 0;
+  const int local = std::max(t.localRank, 0);
+  return (spread % count + local % count) % count;
+}
+
 Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out) {
   *out = nullptr;
   const Topology& t = *ctx.topology;
@@ -94,7 +97,7 @@ Status setupNetRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer
   auto c = std::make_unique<RecvConnection>();
   FERRY_CHECK(makeNetConnection(ctx, engine, peer, c.get()));
   handle->fill(0);
-  FERRY_CHECK(engine->listen(kNetDev, handle->data(), &c->net->listenComm));
+  FERRY_CHECK(engine->listen(c->net->dev, handle->data(), &c->net->listenComm));
   *out = std::move(c);
   return ncclSuccess;
 }

@@ -31,7 +31,15 @@ using NetHandle = std::array<char, net::kNetHandleBytes>;
 // configuration is wrong (NCCL_NET naming no engine: ncclInvalidArgument).
 [[nodiscard]] Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out);
 
-// The receive side of peer -> me: listens on device 0 and fills `handle`.
+// Which of the engine's devices (NICs) a connection uses: (spread + this
+// rank's local index) modulo the device count, so that a ring's channels
+// (spread: the channel) and a rank's peers (spread: the peer) go over every
+// NIC the engine reports, and the ranks of one host start on different
+// ones. NCCL places each GPU on its nearest NIC; Ferry's topology does not
+// know where NICs sit. 0 when the engine reports one device (or fails to).
+int netDevFor(net::NetEngine* engine, const Topology& t, int spread);
+
+// The receive side of peer -> me: listens on netDevFor(peer) and fills `handle`.
 [[nodiscard]] Status setupNetRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
                                   std::unique_ptr<RecvConnection>* out, NetHandle* handle);
 

@@ -5,7 +5,7 @@
 // poisoned first, and every element is compared with a reference each rank
 // computes on the host from all ranks' regenerated inputs (coll_ref.h).
 //
-// Cases: matrix, matrix_quick, big, stress, mixed, streams, abort, timeout.
+// Cases: matrix, matrix_quick, big, stress, mixed, streams, abort, timeout, hier.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -488,6 +488,55 @@ void caseCollTimeout(World& w) {
   w.comm = nullptr;
 }
 
+// ---- hier -------------------------------------------------------------------
+
+// All-reduces of every operator over counts around multiples of 2, 3 and 4
+// (ranks per host: the hierarchical path's shards and its remainder of
+// count % ranks-per-host elements), in and out of place, for seven types.
+// Then which algorithm ran (ncclFerryCommAlgoStats): with
+// FERRY_TEST_EXPECT_HIER=1 every all-reduce hierarchically, with 0 none
+// (a shape it cannot serve).
+void caseHier(World& w) {
+  announce(w, "hier");
+  const size_t counts[] = {1, 2, 3, 4, 5, 6, 7, 12, 13, 24, 1001, 4096, 65537};
+  const ncclDataType_t types[] = {ncclInt8,    ncclUint32,  ncclInt64,   ncclFloat16,
+                                  ncclFloat32, ncclFloat64, ncclBfloat16};
+  unsigned long long ring0 = 0, hier0 = 0;
+  EXPECT_OK(ncclFerryCommAlgoStats(w.comm, &ring0, &hier0));
+  uint64_t tag = 500000;
+  unsigned long long posted = 0;
+  for (ncclDataType_t type : types) {
+    for (Red red : kAllReds) {
+      for (size_t count : counts) {
+        CollSpec s;
+        s.coll = Coll::AllReduce;
+        s.type = type;
+        s.red = red;
+        s.count = count;
+        s.inPlace = tag % 2 == 1;
+        s.exact = tag % 3 != 0;
+        s.kind = tag % 5 == 0 ? BufferKind::Mapped : BufferKind::Plain;
+        s.tag = tag++;
+        runOne(w, s);
+        ++posted;
+      }
+    }
+    if (anyRankOver(w, kFailureLimit)) return;
+  }
+  unsigned long long ring1 = 0, hier1 = 0;
+  EXPECT_OK(ncclFerryCommAlgoStats(w.comm, &ring1, &hier1));
+  if (w.rank == 0) {
+    printf("hier: %llu all-reduces, %llu on the ring, %llu hierarchical\n", posted, ring1 - ring0,
+           hier1 - hier0);
+  }
+  const char* expect = getenv("FERRY_TEST_EXPECT_HIER");
+  if (expect == nullptr) return;
+  const unsigned long long want = atoi(expect) != 0 ? posted : 0;
+  EXPECT_TRUE(hier1 - hier0 == want && ring1 - ring0 == posted - want,
+              "%llu all-reduces: %llu hierarchical, %llu on the ring (want %llu hierarchical)",
+              posted, hier1 - hier0, ring1 - ring0, want);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -496,6 +545,7 @@ int main(int argc, char** argv) {
       {"big", caseBig},       {"stress", caseStress},
       {"mixed", caseMixed},   {"streams", caseStreams},
       {"abort", caseAbort},   {"timeout", caseCollTimeout},
+      {"hier", caseHier},
   };
   int rc = runCase(argc, argv, cases);
   printf("%llu collectives verified\n", static_cast<unsigned long long>(verifiedCount()));

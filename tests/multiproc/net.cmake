@@ -24,6 +24,8 @@ ferry_net_test(net.connect.2x2 4 connect)
 ferry_net_test(net.initdestroy.4x2 8 initdestroy)
 ferry_net_test(net.bogus.2x2 4 bogus)
 ferry_net_test(net.plugin.2x2 4 plugin)
+# The plugin reports two NICs: connections and ring channels spread over both.
+ferry_net_test(net.plugin.2nic.2x2 4 plugin FERRY_TEST_NET_DEVICES=2)
 
 # Point-to-point across emulated hosts: the SM-free suite's own cases
 # (p2p_cases.cc) with FERRY_TEST_RANKS_PER_HOST=k, so each rank's peers on

@@ -103,11 +103,17 @@ bool hasLineStarting(const std::vector<std::string>& lines, const std::string& p
   return false;
 }
 
-// Every connection of this rank is in its log: NET/<engine>/0 in both
-// directions to each rank of another host, P2P to each rank of this host.
+// Every connection of this rank is in its log: NET/<engine>/<device> in
+// both directions to each rank of another host, P2P to each rank of this
+// host. The device: (peer + local index) modulo the engine's devices
+// (FERRY_TEST_NET_DEVICES of the test plugin; one otherwise).
 void checkConnections(const Ctx& ctx, const std::string& engine) {
   const std::vector<std::string> lines = infoLines(ctx);
   const int me = ctx.env.rank;
+  const char* devs = engine == "FerryTest" ? getenv("FERRY_TEST_NET_DEVICES") : nullptr;
+  const int ndev = devs != nullptr && atoi(devs) > 0 ? atoi(devs) : 1;
+  int local = 0;
+  for (int r = 0; r < me; ++r) local += hostOf(r) == hostOf(me);
   EXPECT_TRUE(hasLineStarting(lines, "NET/" + engine + " : using "),
               "no \"NET/%s : using ...\" line in %s", engine.c_str(), ctx.logPath.c_str());
   int net = 0;
@@ -118,7 +124,7 @@ void checkConnections(const Ctx& ctx, const std::string& engine) {
                   send.c_str());
       continue;
     }
-    const std::string via = " via NET/" + engine + "/0";
+    const std::string via = " via NET/" + engine + "/" + std::to_string((q + local) % ndev);
     const std::string recv = "connection " + std::to_string(q) + " -> " + std::to_string(me);
     EXPECT_TRUE(hasLine(lines, send + via), "no \"%s%s\" line", send.c_str(), via.c_str());
     EXPECT_TRUE(hasLine(lines, recv + via + " [receive]"), "no \"%s%s [receive]\" line",
@@ -457,6 +463,18 @@ void casePlugin(Ctx& ctx) {
               counter("accept"));
   EXPECT_TRUE(counter("closeListen") == remote + hops.listens, "closeListen called %lld times",
               counter("closeListen"));
+  // FERRY_TEST_NET_DEVICES=N: the plugin reports N NICs, and the ring's
+  // channels and the peers' connections must spread over all of them.
+  const char* devs = getenv("FERRY_TEST_NET_DEVICES");
+  const int ndev = devs != nullptr ? atoi(devs) : 1;
+  for (int d = 0; ndev > 1 && d < ndev; ++d) {
+    const std::string l = "listen@" + std::to_string(d), c = "connect@" + std::to_string(d);
+    printf("rank %d: device %d: %lld listens, %lld connections\n", ctx.env.rank, d,
+           counter(l.c_str()), counter(c.c_str()));
+    EXPECT_TRUE(counter(l.c_str()) > 0 && counter(c.c_str()) > 0,
+                "device %d of %d: %lld listens, %lld connections (every NIC must carry some)", d,
+                ndev, counter(l.c_str()), counter(c.c_str()));
+  }
   sameHostRound(w, 1);
   const long long sends = counter("isend"), recvs = counter("irecv");
   crossHostRound(w, 2);

@@ -11,6 +11,9 @@
 //   kernel   all-reduce + 256 KiB kernel send/recv (NCCL_PASS_SM=0); SIGKILL
 //   net      ranks 0,1 and 2,3 on two emulated hosts: all-reduce (its ring
 //            crossing hosts through the proxy) + SM-free ring; SIGKILL
+//   hier     net, with NCCL_ALGO=Tree: the all-reduce runs hierarchically
+//            (comm/hier_allreduce.h), on internal communicators that have
+//            no liveness ring of their own; SIGKILL
 //   silent   coll, but the victim stops (SIGSTOP): only its silence tells
 //            (FERRY_PEER_TIMEOUT=3)
 //   forked   coll, but the victim first forks a child (as a data loader
@@ -75,9 +78,9 @@ Mode parseMode(const char* s) {
   Mode m;
   m.name = s;
   m.coll = m.name == "coll" || m.name == "kernel" || m.name == "silent" || m.name == "shrink" ||
-           m.name == "forked" || m.name == "net";
+           m.name == "forked" || m.name == "net" || m.name == "hier";
   m.p2pBytes = m.name == "kernel" ? (256u << 10) : (4u << 20);
-  m.net = m.name == "net";
+  m.net = m.name == "net" || m.name == "hier";
   m.silent = m.name == "silent";
   m.graceful = m.name == "graceful";
   m.shrink = m.name == "shrink";
@@ -310,7 +313,8 @@ int runRank(const Mode& m, const ncclUniqueId& id, int rank, Shared* sh) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s coll|smfree|kernel|net|silent|graceful\n", argv[0]);
+    fprintf(stderr, "usage: %s coll|smfree|kernel|net|hier|silent|graceful|shrink|forked\n",
+            argv[0]);
     return 2;
   }
   const Mode m = parseMode(argv[1]);
@@ -320,6 +324,7 @@ int main(int argc, char** argv) {
   if (m.silent) setenv("FERRY_PEER_TIMEOUT", "3", 1);
   if (m.forked) setenv("FERRY_PEER_TIMEOUT", "0", 1);
   if (m.net) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  if (m.name == "hier") setenv("NCCL_ALGO", "Tree", 1);
   auto* sh = static_cast<Shared*>(
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (sh == MAP_FAILED) return 2;

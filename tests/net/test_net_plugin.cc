@@ -14,6 +14,9 @@
 // sent. Every entry point counts its calls; the extra C function
 // ferryTestNetCounters("isend") returns a count (-1 for an unknown name).
 // FERRY_TEST_NET_FAIL_INIT=1 in the environment makes init fail.
+// FERRY_TEST_NET_DEVICES=N (1..8, default 1) makes it report N devices
+// ("NICs", all on loopback); ferryTestNetCounters("listen@d") and
+// ("connect@d") count the calls on device d.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -65,6 +68,15 @@ constexpr const char* kFnNames[kFnCount] = {"init",      "devices",   "getProper
                                             "isend",     "irecv",     "iflush",        "test",
                                             "closeSend", "closeRecv", "closeListen",   "finalize"};
 std::atomic<long long> gCalls[kFnCount];
+constexpr int kMaxDevs = 8;
+std::atomic<long long> gDevListens[kMaxDevs];
+std::atomic<long long> gDevConnects[kMaxDevs];
+
+int deviceCount() {
+  const char* s = getenv("FERRY_TEST_NET_DEVICES");
+  const int n = s != nullptr ? atoi(s) : 1;
+  return n >= 1 && n <= kMaxDevs ? n : 1;
+}
 
 void count(Fn fn) {
   gCalls[fn].fetch_add(1, std::memory_order_relaxed);
@@ -254,14 +266,14 @@ ncclResult_t initCommon(ncclDebugLogger_t logger, uint64_t commId) {
 
 ncclResult_t devices(int* ndev) {
   count(kDevices);
-  *ndev = 1;
+  *ndev = deviceCount();
   return ncclSuccess;
 }
 
 template <class Props>
 ncclResult_t fillCommonProperties(int dev, Props* props) {
   count(kGetProperties);
-  if (dev != 0) return ncclInvalidArgument;
+  if (dev < 0 || dev >= deviceCount()) return ncclInvalidArgument;
   memset(props, 0, sizeof(*props));
   props->name = const_cast<char*>("ferrytest-lo");
   props->pciPath = nullptr;
@@ -278,7 +290,8 @@ ncclResult_t fillCommonProperties(int dev, Props* props) {
 ncclResult_t listenCommon(int dev, void* handle, void** listenComm) {
   count(kListen);
   *listenComm = nullptr;
-  if (dev != 0) return ncclInvalidArgument;
+  if (dev < 0 || dev >= deviceCount()) return ncclInvalidArgument;
+  gDevListens[dev].fetch_add(1, std::memory_order_relaxed);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return ncclSystemError;
   sockaddr_in addr{};
@@ -361,8 +374,13 @@ ncclResult_t connectCommon(int dev, void* handle, void** sendComm) {
   count(kConnect);
   *sendComm = nullptr;
   auto* h = static_cast<Handle*>(handle);
-  if (dev != 0 || h == nullptr || h->magic != kHandleMagic) return ncclInvalidArgument;
+  if (dev < 0 || dev >= deviceCount() || h == nullptr || h->magic != kHandleMagic) {
+    return ncclInvalidArgument;
+  }
   ncclResult_t result = connectStep(h, sendComm);
+  if (result == ncclSuccess && *sendComm != nullptr) {
+    gDevConnects[dev].fetch_add(1, std::memory_order_relaxed);  // connections made, not tries
+  }
   if (result != ncclSuccess && h->stage != 0) {
     int fd = h->fd;
     closeFd(&fd);
@@ -620,9 +638,17 @@ ncclResult_t irecvV6(void* recvComm, int n, void** data, int* sizes, int*, void*
 #define FERRY_TEST_EXPORT __attribute__((visibility("default")))
 
 extern "C" FERRY_TEST_EXPORT long long ferryTestNetCounters(const char* fn) {
+  if (fn == nullptr) return -1;
   for (int i = 0; i < kFnCount; ++i) {
-    if (fn != nullptr && strcmp(fn, kFnNames[i]) == 0) return gCalls[i].load();
+    if (strcmp(fn, kFnNames[i]) == 0) return gCalls[i].load();
   }
+  // "listen@d" / "connect@d": per device.
+  const char* at = strchr(fn, '@');
+  if (at == nullptr || at[1] < '0' || at[1] >= '0' + kMaxDevs || at[2] != '\0') return -1;
+  const int dev = at[1] - '0';
+  const size_t len = static_cast<size_t>(at - fn);
+  if (len == 6 && strncmp(fn, "listen", len) == 0) return gDevListens[dev].load();
+  if (len == 7 && strncmp(fn, "connect", len) == 0) return gDevConnects[dev].load();
   return -1;
 }
 
