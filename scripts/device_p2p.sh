@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone collnet memory
+#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone collnet memory kernelnet
 set -uo pipefail
 src=$1
 shift
@@ -514,6 +514,25 @@ for s in $stages; do
       -f 4 -w 2 -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
       >"$out/collnet-bench.txt" 2>&1
     echo "collnet bench exit $?"; grep -v "^\[1\]" "$out/collnet-bench.txt" | grep -v INFO | tail -40
+    ;;
+  kernelnet)
+    # Kernel p2p across hosts (issue 17): two ranks as two emulated hosts on
+    # whatever GPUs there are, every message kernel p2p (NCCL_PASS_SM=0),
+    # its lanes carried by the proxy; then ferry-bench sendrecv that way
+    # beside the SM-free path.
+    stage kernelnet
+    export NCCL_SOCKET_IFNAME=lo
+    for c in ${KNET_CASES:-alltoall mixes unbatched dtypes}; do
+      NCCL_PASS_SM=0 timeout 200 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 190 \
+        $b/tests/mp_p2p $c >"$out/kernelnet-$c.log" 2>&1
+      echo "mp_p2p $c kernel p2p across hosts: exit $? $(grep -hE 'PASS|FAIL' "$out/kernelnet-$c.log" | head -3 | tr '\n' ' ')"
+    done
+    for mode in 0 1; do
+      NCCL_PASS_SM=$mode timeout 200 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 190 \
+        $b/bench/ferry-bench sendrecv -b 4K -e ${NET_MAX:-64M} -f 4 -w 2 -n 5 --inplace no \
+        --lib $b/libnccl.so.2 >"$out/kernelnet-bench-$mode.txt" 2>&1
+      echo "sendrecv across hosts, NCCL_PASS_SM=$mode: exit $?"; grep -E "^\[0\] +[0-9]" "$out/kernelnet-bench-$mode.txt" | tail -12
+    done
     ;;
   memory)
     # What communicators hold (issue 19): many split communicators, the

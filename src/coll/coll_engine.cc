@@ -157,6 +157,15 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   e->ctx_ = ctx;
   FERRY_CHECK(setupRing(ctx, RingPart::Peers, &e->peers_));
+  if (e->peers_.peerNet && !e->peers_.peerNet->hops.empty()) {
+    // Kernel p2p's lanes across hosts: persistent hops, like the ring's.
+    std::vector<RingHop*> hops;
+    for (auto& h : e->peers_.peerNet->hops) hops.push_back(h.get());
+    e->proxy_ = ctx.proxy;
+    CollEngine* raw = e.get();
+    e->proxy_->addRingHops(raw, std::move(hops),
+                           [raw](int peer, const std::string& why) { raw->hopFailed(peer, why); });
+  }
   if (ctx.topology->nHosts > 1) {
     // A ring across hosts needs a network engine (every rank of such a
     // communicator has peers on other hosts, so every rank asks).
@@ -195,7 +204,9 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   const int64_t p2pLl =
       ctx.params->getInt(ferryLl ? ParamId::P2pLlMaxBytes : ParamId::P2pLlThreshold);
   const bool llExcluded = parsed && !ll;
-  e->p2pLlMaxBytes_ = p2pLl > 0 && !llExcluded ? static_cast<uint64_t>(p2pLl) : 0;
+  // LL lines carry no tail counter for the proxy to follow across hosts.
+  const bool hosts = ctx.topology->nHosts > 1;
+  e->p2pLlMaxBytes_ = p2pLl > 0 && !llExcluded && !hosts ? static_cast<uint64_t>(p2pLl) : 0;
   FERRY_INFO(kLogInit | kLogP2p, "kernel p2p: LL up to %llu bytes%s",
              static_cast<unsigned long long>(e->p2pLlMaxBytes_),
              llExcluded ? " (NCCL_PROTO excludes LL)" : "");
@@ -426,8 +437,10 @@ void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
 
 Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   if (shutDown_) FERRY_FAIL(ncclInvalidUsage, "send/recv on a communicator being destroyed");
-  if (!peers_.allPeersMapped) {
-    FERRY_FAIL(ncclInvalidUsage, "kernel point-to-point needs every rank on this host");
+  if (!peers_.allPeersReachable) {
+    FERRY_FAIL(ncclInvalidUsage,
+               "kernel point-to-point to ranks on other hosts needs NCCL_PASS_SM=0 or "
+               "FERRY_P2P_KERNEL_ACROSS_HOSTS=1 at init (and a network engine)");
   }
   P2pPlan plan;
   FERRY_CHECK(planP2p(tasks, peers_, p2pLlMaxBytes_, &plan));

@@ -75,6 +75,9 @@ class CollEngine {
   // Whether collectives can run (false when the communicator spans hosts
   // without a network engine); the API checks it before a task joins a group.
   bool available() const { return ringPossible_; }
+  // Whether kernel point-to-point reaches every rank (on one host always;
+  // across hosts with NCCL_PASS_SM=0 or FERRY_P2P_KERNEL_ACROSS_HOSTS=1).
+  bool kernelP2pPossible() const { return peers_.allPeersReachable; }
   // Memory this rank holds for collectives and kernel p2p (its regions:
   // device memory, or host shared memory with SHM), and the collective
   // channels' share of it (0 until the first collective, by default).

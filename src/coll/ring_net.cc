@@ -3,6 +3,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "coll/ring_setup.h"
@@ -25,8 +26,10 @@ std::unique_ptr<RingHop> newHop(net::NetEngine* engine, const Topology& t, bool 
   return hop;
 }
 
-// Drives every hop's connect or accept until all have their comm.
-Status connectHops(const P2pSetupContext& ctx, std::vector<NetHandle>& nextHandles,
+// Drives every hop's connect or accept until all have their comm; a send
+// hop connects with the handle `handleOf` gives it (its receiver's, copied
+// where the engine may keep its progress).
+Status connectHops(const P2pSetupContext& ctx, const std::function<void*(const RingHop&)>& handleOf,
                    std::vector<std::unique_ptr<RingHop>>& hops) {
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(std::max<int64_t>(ctx.timeoutMs, 0));
@@ -37,7 +40,7 @@ Status connectHops(const P2pSetupContext& ctx, std::vector<NetHandle>& nextHandl
       if (l.comm != nullptr) continue;
       void* comm = nullptr;
       if (h->isSend) {
-        FERRY_CHECK(l.engine->connect(l.dev, nextHandles[h->channel].data(), &comm));
+        FERRY_CHECK(l.engine->connect(l.dev, handleOf(*h), &comm));
       } else {
         FERRY_CHECK(l.engine->accept(l.listenComm, &comm));
       }
@@ -94,7 +97,8 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
   if (nextRemote) {
     for (int c = 0; c < nchannels; ++c) out->hops.push_back(newHop(engine, t, true, nextRank, c));
   }
-  FERRY_CHECK(connectHops(ctx, nextHandles, out->hops));
+  FERRY_CHECK(connectHops(
+      ctx, [&nextHandles](const RingHop& h) { return nextHandles[h.channel].data(); }, out->hops));
 
   // Mirrors: the next rank's channel FIFOs and flag lines (the kernel's
   // sends), the previous rank's flag lines (the kernel's acknowledgements).
@@ -131,6 +135,89 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
              prevRemote ? "receives from" : "local previous", prevRank,
              nextRemote ? "sends to" : "local next", nextRank, nchannels, engine->name(),
              netDevFor(engine, t, 0));
+  return ncclSuccess;
+}
+
+namespace {
+
+// Peer q's mirror: this rank's lane flag lines in q's region (lanes x 3
+// lines: the kernel's sendTail, recvHead, LL head) and its FIFO slice.
+Status makePeerMirror(const P2pSetupContext& ctx, uint32_t lanes, uint64_t fifoBytes,
+                      PeerMirror* m) {
+  const uint64_t flagBytes = algo::roundUp(static_cast<uint64_t>(lanes) * 3 * kRingFlagLine, 4096);
+  FERRY_CHECK(ctx.runtime->allocHost(flagBytes + fifoBytes, &m->memory));
+  memset(m->memory->ptr(), 0, flagBytes);
+  m->flags = static_cast<char*>(m->memory->ptr());
+  m->fifo = m->flags + flagBytes;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+Status setupPeerNet(const P2pSetupContext& ctx, const PeerNetShape& s,
+                    const RingRegionLayout& layout, char* ownCpu, PeerNet* out) {
+  const Topology& t = *ctx.topology;
+  const int n = static_cast<int>(t.peers.size());
+  const int me = t.myRank;
+  net::NetEngine* engine = nullptr;
+  FERRY_CHECK(netEngineFor(ctx, &engine));
+  // handles[(receiver * n + sender) * lanes + lane]; every rank fills its
+  // own row (its receives from remote senders) and all take part.
+  const size_t row = static_cast<size_t>(n) * s.lanes;
+  std::vector<NetHandle> handles(row * n);
+  for (auto& h : handles) h.fill(0);
+  const uint64_t laneFifo = layout.fifoBytes / s.lanes;
+  auto conn = [&](int q, uint32_t lane) { return static_cast<uint64_t>(q) * s.lanes + lane; };
+  out->mirrors.resize(n);
+  for (int q = 0; engine != nullptr && q < n; ++q) {
+    if (t.links[q] != PeerLink::OtherHost) continue;
+    FERRY_CHECK(makePeerMirror(ctx, s.lanes, layout.fifoBytes, &out->mirrors[q]));
+    for (uint32_t lane = 0; lane < s.lanes; ++lane) {
+      auto hop = std::make_unique<RingHop>();
+      hop->isSend = false;
+      hop->peer = q;
+      hop->channel = static_cast<int>(lane);
+      hop->link = std::make_unique<NetLink>(engine, netDevFor(engine, t, q + lane), false);
+      FERRY_CHECK(engine->listen(hop->link->dev, handles[me * row + conn(q, lane)].data(),
+                                 &hop->link->listenComm));
+      out->hops.push_back(std::move(hop));
+      auto send = std::make_unique<RingHop>();
+      send->isSend = true;
+      send->peer = q;
+      send->channel = static_cast<int>(lane);
+      send->link = std::make_unique<NetLink>(engine, netDevFor(engine, t, q + lane), true);
+      out->hops.push_back(std::move(send));
+    }
+  }
+  if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(handles.data(), sizeof(NetHandle) * row));
+  if (engine == nullptr) return ncclSuccess;
+  FERRY_CHECK(connectHops(
+      ctx,
+      [&](const RingHop& h) {
+        return handles[h.peer * row + conn(me, static_cast<uint32_t>(h.channel))].data();
+      },
+      out->hops));
+  for (auto& h : out->hops) {
+    const uint32_t lane = static_cast<uint32_t>(h->channel);
+    const PeerMirror& m = out->mirrors[h->peer];
+    h->nslots = s.laneSlots;
+    h->slotBytes = s.laneSlotBytes;
+    if (h->isSend) {
+      // The kernel fills the mirror of our FIFO slice in the peer's region.
+      h->fifo = m.fifo + lane * laneFifo;
+      h->kernelWord = ringFlagLine(m.flags, lane, 0);               // its sendTail
+      h->proxyWord = ringFlagLine(ownCpu, conn(h->peer, lane), 1);  // its sendHead
+    } else {
+      h->fifo = ownCpu + layout.fifos + static_cast<uint64_t>(h->peer) * layout.fifoBytes +
+                lane * laneFifo;
+      h->kernelWord = ringFlagLine(m.flags, lane, 1);               // its recvHead
+      h->proxyWord = ringFlagLine(ownCpu, conn(h->peer, lane), 0);  // its recvTail
+    }
+    FERRY_CHECK(h->link->regMr(h->fifo, laneFifo, &h->mhandle));
+  }
+  FERRY_INFO(kLogInit | kLogP2p | kLogNet,
+             "kernel p2p across hosts: %zu hops (%u lanes per peer and direction) via NET/%s",
+             out->hops.size(), s.lanes, engine->name());
   return ncclSuccess;
 }
 

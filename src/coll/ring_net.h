@@ -33,6 +33,33 @@ struct RingNet {
   std::vector<std::unique_ptr<RingHop>> hops;
 };
 
+// Kernel point-to-point across hosts (NCCL_PASS_SM=0, or CUDA-graph capture
+// with FERRY_P2P_KERNEL_ACROSS_HOSTS=1): each lane of this rank's connection
+// with a peer on another host is a pair of hops like the ring's, one per
+// direction. Sending, the kernel fills a mirror of its FIFO slice in the
+// peer's region and posts its tail in the mirror's flag line; receiving, the
+// proxy lands slots in this rank's own region (host memory) and the
+// kernel's acknowledgements go to the mirror's flag lines. Only the FIFO
+// protocol (no LL) crosses hosts.
+struct PeerMirror {
+  std::unique_ptr<rt::HostMemory> memory;
+  char* flags = nullptr;  // lanes x 3 flag lines (sendTail, recvHead, LL head)
+  char* fifo = nullptr;   // this rank's FIFO slice of the peer's region
+};
+struct PeerNet {
+  std::vector<PeerMirror> mirrors;  // by rank; empty for same-host ranks
+  std::vector<std::unique_ptr<RingHop>> hops;
+};
+struct PeerNetShape {
+  uint32_t lanes = 1;
+  uint32_t laneSlots = 2;
+  uint64_t laneSlotBytes = 0;
+};
+// Collective (every rank of a communicator spanning hosts calls it). No
+// engine: `out` keeps no hops and ncclSuccess (no kernel p2p then).
+[[nodiscard]] Status setupPeerNet(const P2pSetupContext& ctx, const PeerNetShape& shape,
+                                  const RingRegionLayout& layout, char* ownCpu, PeerNet* out);
+
 // `ownCpu`: the CPU address of this rank's region (host memory whenever a
 // neighbour is remote). *prevBase / *nextBase: the mirrors, for the
 // channel table (left alone for a neighbour on this host). No engine for

@@ -95,7 +95,8 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   int64_t laneBytes = ctx.params->getInt(ParamId::P2pKernelLaneBytes);
   int64_t laneSlots = ctx.params->getInt(ParamId::P2pKernelLaneSlots);
   const int64_t llLaneBytes = ctx.params->getInt(ParamId::P2pLlLaneBytes);
-  if (lanes == 0) lanes = cuda ? algo::kMaxKernelP2pLanes : 2;
+  // Across hosts each lane is two network connections per peer: 2 lanes.
+  if (lanes == 0) lanes = cuda && ctx.topology->nHosts <= 1 ? algo::kMaxKernelP2pLanes : 2;
   if (laneSlots == 0) laneSlots = res->nslots;
   if (lanes < 1 || lanes > algo::kMaxKernelP2pLanes || (lanes & (lanes - 1)) != 0) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANES=%ld: must be 0, 1, 2, 4 or 8",
@@ -271,9 +272,11 @@ algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, ch
   return c;
 }
 
-// Lane `lane` of this rank's kernel-p2p connection with peer q.
+// Lane `lane` of this rank's kernel-p2p connection with peer q (`theirs`:
+// q's region as mapped here, or null for a peer on another host, whose
+// lanes use `mirror`).
 algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t lane, char* own,
-                             char* theirs) {
+                             char* theirs, const PeerMirror* mirror) {
   const RingRegionLayout l = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
                                               res.nslots, res.slotBytes, res.llSlotBytes);
   auto line = [&](char* base, int peer, int which) {
@@ -301,6 +304,15 @@ algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t l
   c.llSendFifo = llFifo(theirs, me);
   c.llSendHead = line(own, q, 2);
   c.llRecvHead = line(theirs, me, 2);
+  if (theirs == nullptr && mirror != nullptr) {
+    // Across hosts: what the kernel writes for q lands in the mirror, which
+    // the proxy's hops carry (no LL there: CollEngine never uses it).
+    c.sendFifo = mirror->fifo + lane * (l.fifoBytes / res.p2pLanes);
+    c.sendTail = ringFlagLine(mirror->flags, lane, 0);
+    c.recvHead = ringFlagLine(mirror->flags, lane, 1);
+    c.llSendFifo = nullptr;
+    c.llRecvHead = ringFlagLine(mirror->flags, lane, 2);
+  }
   return c;
 }
 
@@ -332,9 +344,13 @@ Status publishPeerTable(const RingSetupContext& ctx, RingResources* res) {
   const int me = ctx.topology->myRank;
   std::vector<algo::RingChannel> peers(static_cast<size_t>(n) * res->p2pLanes);
   for (int q = 0; q < n; ++q) {
+    const PeerMirror* mirror = res->peerNet ? &res->peerNet->mirrors[q] : nullptr;
+    if (res->regions[q].base == nullptr && (mirror == nullptr || mirror->fifo == nullptr)) {
+      FERRY_FAIL(ncclInternalError, "kernel p2p: no connection to rank %d", q);
+    }
     for (uint32_t lane = 0; lane < res->p2pLanes; ++lane) {
       peers[q * res->p2pLanes + lane] =
-          peerLaneOf(*res, q, me, lane, res->own.base, res->regions[q].base);
+          peerLaneOf(*res, q, me, lane, res->own.base, res->regions[q].base, mirror);
     }
   }
   return copyTable(ctx, peers.data(), sizeof(algo::RingChannel) * peers.size(), &res->peerChannels);
@@ -368,10 +384,10 @@ Status mapRegions(const RingSetupContext& ctx, RingPart part, int prevRank, int 
                   const std::vector<RegionInfo>& infos, RingResources* res) {
   const Topology& t = *ctx.topology;
   const int n = res->nranks;
-  res->allPeersMapped = part == RingPart::Peers;
+  res->allPeersReachable = part == RingPart::Peers;
   for (int q = 0; q < n; ++q) {
     if (t.links[q] == PeerLink::OtherHost) {
-      res->allPeersMapped = false;  // no kernel p2p across hosts
+      res->allPeersReachable = false;  // unless the peer lanes cross hosts
     } else if (q != t.myRank && (part == RingPart::Peers || q == prevRank || q == nextRank)) {
       FERRY_CHECK(mapPeerRegion(ctx, q, infos[q], part, &res->regions[q]));
     }
@@ -406,8 +422,13 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   const int n = static_cast<int>(t.peers.size());
   RingResources& res = *out;
   const bool peers = part == RingPart::Peers;
-  // Kernel p2p needs every peer mapped: across hosts it has no connections.
-  if (peers && t.nHosts > 1) return ncclSuccess;
+  // Kernel p2p across hosts costs two network connections per lane and
+  // peer: made only where the user may need it (the same on every rank).
+  const bool peersAcross = peers && t.nHosts > 1;
+  if (peersAcross && ctx.params->getInt(ParamId::PassSm) != 0 &&
+      ctx.params->getInt(ParamId::P2pKernelAcrossHosts) == 0) {
+    return ncclSuccess;
+  }
   res.nranks = n;
   res.peerConns = peers ? n : 0;
   res.ringOrder = t.ringOrder;
@@ -428,7 +449,7 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
                                                       t.links[nextRank] == PeerLink::OtherHost);
   // The proxy writes this rank's flags (and, from a remote previous rank,
   // its FIFO): host memory then.
-  res.shm = useShm(ctx) || remoteHop;
+  res.shm = useShm(ctx) || remoteHop || peersAcross;
   const RingRegionLayout layout = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
                                                    res.nslots, res.slotBytes, res.llSlotBytes);
   res.regionBytes = layout.bytes;
@@ -443,6 +464,18 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   FERRY_CHECK(mapRegions(ctx, part, prevRank, nextRank, infos, &res));
   if (n > 1) FERRY_CHECK(ctx.bootstrap->barrier());  // everyone mapped: withdraw the offer
   ctx.proxy->rpc().removeResource(ctx.commKey, regionKey(t.myRank, part));
+  if (peersAcross) {
+    res.peerNet = std::make_unique<PeerNet>();
+    PeerNetShape shape{res.p2pLanes, res.p2pLaneSlots, res.p2pLaneSlotBytes};
+    FERRY_CHECK(setupPeerNet(ctx, shape, layout, static_cast<char*>(res.own.shared->data()),
+                             res.peerNet.get()));
+    if (res.peerNet->hops.empty()) {
+      FERRY_INFO(kLogInit, "kernel p2p: no network engine for the peers on other hosts");
+      res = RingResources();
+      return ncclSuccess;
+    }
+    res.allPeersReachable = true;
+  }
   if (peers) {
     FERRY_CHECK(publishPeerTable(ctx, &res));
     logPart(part, res, prevRank, nextRank);

@@ -84,9 +84,13 @@ struct RingResources {
   // Every rank's region as mapped here, by rank (the own entry only holds
   // `base`); ranks on other hosts stay unmapped (base null).
   std::vector<RingRegion> regions;
-  bool allPeersMapped = false;  // kernel point-to-point can reach every rank
+  // Kernel point-to-point can reach every rank: mapped on this host, or
+  // through `peerNet` on others.
+  bool allPeersReachable = false;
   // A communicator spanning hosts: the hops that cross them (coll/ring_net.h).
   std::unique_ptr<RingNet> net;
+  // Kernel point-to-point's lanes to peers on other hosts (coll/ring_net.h).
+  std::unique_ptr<PeerNet> peerNet;
   std::unique_ptr<rt::DeviceMemory> channels;   // algo::RingChannel[nchannels]
   std::unique_ptr<rt::DeviceMemory> ringRanks;  // int32_t[nranks]
   // Kernel point-to-point: p2pLanes connections per peer (self included),
@@ -141,8 +145,10 @@ enum class RingPart { Peers, Ll, Simple };
 // only that protocol's FIFOs (the other's have 0 bytes). Simple: a communicator
 // spanning hosts gets proxy-carried hops where the ring crosses them
 // (coll/ring_net.h), or, without a network engine, no ring (`*out` stays
-// empty, nchannels 0). Peers: nothing across hosts (kernel p2p needs every
-// peer mapped), `*out` stays empty.
+// empty, nchannels 0). Peers across hosts: only when kernel p2p may cross
+// them (NCCL_PASS_SM=0 or FERRY_P2P_KERNEL_ACROSS_HOSTS=1, the same on every
+// rank), through proxy-carried lanes (coll/ring_net.h); otherwise, or
+// without a network engine, `*out` stays empty.
 [[nodiscard]] Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out);
 
 }  // namespace ferry

@@ -65,13 +65,13 @@ Status runConcurrently(std::vector<GroupJob>& jobs) {
 // otherwise kernel p2p for small messages (FERRY_P2P_KERNEL_MAX_BYTES, where
 // it is measured faster) and SM-free for the rest. The kernel goes first:
 // the SM-free operations' start events then follow it on the stream.
-// A communicator spanning hosts has no kernel p2p (its connections live in
-// the collective ring's region, which coll/ring_setup.cc builds only on one
-// host): every rank of it knows (nHosts is global), so all of them send
-// every message to a same-host peer SM-free alike.
+// A communicator spanning hosts has kernel p2p only when its lanes across
+// hosts were set up at init (NCCL_PASS_SM=0 or FERRY_P2P_KERNEL_ACROSS_HOSTS
+// =1, agreed by every rank), and never for small messages by default: every
+// rank knows both (nHosts is global), so all of them choose alike.
 Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
   const Params& params = comm->params();
-  const bool kernelP2p = comm->topology().nHosts <= 1;
+  const bool kernelP2p = comm->coll()->kernelP2pPossible();
   bool allKernel = kernelP2p && params.getInt(ParamId::PassSm) == 0;
   for (size_t i = 0; !allKernel && i < tasks.size(); ++i) {
     if (i > 0 && tasks[i].stream == tasks[i - 1].stream) continue;  // asked already
@@ -79,9 +79,10 @@ Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
     FERRY_CHECK(comm->runtime()->isCapturing(tasks[i].stream, &capturing));
     if (capturing && !kernelP2p) {
       FERRY_FAIL(ncclInvalidUsage,
-                 "send/recv inside CUDA graph capture on a communicator spanning %d hosts: not "
-                 "supported yet (such a communicator has no kernel p2p, and the SM-free and "
-                 "network paths cannot be captured); issue it outside the capture",
+                 "send/recv inside CUDA graph capture on a communicator spanning %d hosts needs "
+                 "kernel p2p across hosts, set up at init with FERRY_P2P_KERNEL_ACROSS_HOSTS=1 "
+                 "(or NCCL_PASS_SM=0) on every rank (the SM-free and network paths cannot be "
+                 "captured); or issue it outside the capture",
                  comm->topology().nHosts);
     }
     if (capturing) {
@@ -91,8 +92,9 @@ Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
       allKernel = true;
     }
   }
+  const bool oneHost = comm->topology().nHosts <= 1;
   int64_t smallMax =
-      kernelP2p && comm->nranks() <= 32 ? params.getInt(ParamId::P2pKernelMaxBytes) : 0;
+      kernelP2p && oneHost && comm->nranks() <= 32 ? params.getInt(ParamId::P2pKernelMaxBytes) : 0;
   std::vector<P2pTask> kernel, smFree;
   for (const P2pTask& t : tasks) {
     bool small = t.bytes > 0 && static_cast<int64_t>(t.bytes) <= smallMax;

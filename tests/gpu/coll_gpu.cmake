@@ -42,6 +42,14 @@ if(FERRY_CUDA)
             $<TARGET_FILE:gpu_coll_graph>)
   set_tests_properties(gpu.coll.graph.hosts PROPERTIES LABELS gpu TIMEOUT 180 SKIP_RETURN_CODE 77
     ENVIRONMENT "FERRY_TEST_GRAPH_COLL_ONLY=1;NCCL_SOCKET_IFNAME=lo")
+  # All-reduce and send/recv captured across two emulated hosts: kernel p2p's
+  # lanes to the other host are persistent proxy hops too.
+  add_test(NAME gpu.coll.graph.p2p.hosts
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 1
+            $<TARGET_FILE:ferry-run> -n 2 --hosts 2 --runtime cuda --timeout 150
+            $<TARGET_FILE:gpu_coll_graph>)
+  set_tests_properties(gpu.coll.graph.p2p.hosts PROPERTIES LABELS gpu TIMEOUT 180
+    SKIP_RETURN_CODE 77 ENVIRONMENT "FERRY_P2P_KERNEL_ACROSS_HOSTS=1;NCCL_SOCKET_IFNAME=lo")
   # The first collective inside a global-mode capture: the ring is set up
   # there (on one host, and across two emulated hosts).
   add_test(NAME gpu.coll.graph.first

@@ -6,7 +6,8 @@
 // take part in replays). Verified element-wise against exact references
 // (integer-valued floats); outputs poisoned before every replay.
 // FERRY_TEST_GRAPH_COLL_ONLY=1 captures the all-reduce alone (across hosts,
-// where send/recv cannot be captured yet); ranks share GPUs when there are
+// send/recv is captured only with FERRY_P2P_KERNEL_ACROSS_HOSTS=1, whose
+// kernel p2p lanes cross hosts through the proxy); ranks share GPUs when there are
 // fewer than two (emulated hosts on one GPU). FERRY_TEST_GRAPH_FIRST=1
 // makes the captured all-reduce the communicator's first collective (the
 // salt travels over the bootstrap instead), captured in CUDA's global mode:

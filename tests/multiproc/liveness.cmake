@@ -4,7 +4,7 @@
 add_executable(mp_peer_death ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/peer_death.cc)
 target_include_directories(mp_peer_death PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
 target_link_libraries(mp_peer_death PRIVATE nccl)
-foreach(mode coll smfree kernel net hier silent graceful shrink forked)
+foreach(mode coll smfree kernel net netkernel hier silent graceful shrink forked)
   add_test(NAME liveness.peer_death.${mode} COMMAND $<TARGET_FILE:mp_peer_death> ${mode})
   set_tests_properties(liveness.peer_death.${mode} PROPERTIES LABELS multiproc TIMEOUT 150)
 endforeach()

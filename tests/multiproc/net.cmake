@@ -40,7 +40,7 @@ function(ferry_net_p2p_test name nranks perHost case)
 endfunction()
 
 ferry_net_p2p_test(net.p2p.alltoall.2x1 2 1 alltoall)
-ferry_net_p2p_test(net.p2p.alltoall.4x2 8 2 alltoall)
+ferry_net_p2p_test(net.p2p.alltoall.4x2 8 2 alltoall FERRY_TEST_EXPECT_KERNEL=0)
 ferry_net_p2p_test(net.p2p.stress.2x2 4 2 stress)
 ferry_net_p2p_test(net.p2p.unbatched.2x2 4 2 unbatched)
 ferry_net_p2p_test(net.p2p.dtypes.3x1 3 1 dtypes)
@@ -60,6 +60,21 @@ ferry_net_p2p_test(net.p2p.alltoall.plugin.3x1 3 1 alltoall
   "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
 ferry_net_p2p_test(net.p2p.alltoall.plugin6.2x1 2 1 alltoall
   "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v6>;NCCL_NET=ferrytest")
+
+# Kernel p2p across hosts (NCCL_PASS_SM=0): every message is kernel p2p,
+# lanes to the other hosts carried by the proxy's persistent hops; the test
+# plugin too (8 requests per comm). FERRY_P2P_KERNEL_ACROSS_HOSTS=1 sets the
+# lanes up beside the SM-free default, which must keep working.
+ferry_net_p2p_test(net.p2p.kernel.alltoall.4x2 8 2 alltoall
+  "NCCL_PASS_SM=0;FERRY_TEST_EXPECT_KERNEL=1")
+ferry_net_p2p_test(net.p2p.kernel.stress.2x2 4 2 stress NCCL_PASS_SM=0)
+ferry_net_p2p_test(net.p2p.kernel.unbatched.2x2 4 2 unbatched NCCL_PASS_SM=0)
+ferry_net_p2p_test(net.p2p.kernel.mixes.2x2 4 2 mixes NCCL_PASS_SM=0)
+ferry_net_p2p_test(net.p2p.kernel.dtypes.3x1 3 1 dtypes NCCL_PASS_SM=0)
+ferry_net_p2p_test(net.p2p.kernel.abort.2x1 2 1 abort NCCL_PASS_SM=0)
+ferry_net_p2p_test(net.p2p.kernel.plugin.3x1 3 1 alltoall
+  "NCCL_PASS_SM=0;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
+ferry_net_p2p_test(net.p2p.kacross.alltoall.2x2 4 2 alltoall FERRY_P2P_KERNEL_ACROSS_HOSTS=1)
 
 # A peer killed mid-transfer across hosts (p2p_kill.cc forks it).
 add_test(NAME net.p2p.peer_killed COMMAND $<TARGET_FILE:mp_p2p_kill> net)

@@ -69,6 +69,25 @@ void roundOfAlltoallv(World& w, uint64_t round, size_t maxBytes, BufferKind send
   for (int p = 0; p < n; ++p) incoming[p]->verify("alltoallv");
 }
 
+// FERRY_TEST_EXPECT_KERNEL (across emulated hosts): 1, every message went
+// through kernel p2p, so the communicator holds its lanes' memory and no
+// SM-free staging (which every SM-free message to another host grows); 0,
+// the other way round.
+void checkPath(World& w) {
+  const char* expect = getenv("FERRY_TEST_EXPECT_KERNEL");
+  if (expect == nullptr) return;
+  unsigned long long held = 0, fifos = 0, staging = 0;
+  EXPECT_OK(ncclFerryCommMemory(w.comm, &held, &fifos, &staging));
+  printf("rank %d: holds %llu bytes of connections, %llu of SM-free staging\n", w.rank, held,
+         staging);
+  if (atoi(expect) != 0) {
+    EXPECT_TRUE(held > 0 && staging == 0, "kernel p2p expected: held %llu, staging %llu", held,
+                staging);
+  } else {
+    EXPECT_TRUE(staging > 0, "SM-free across hosts expected: staging %llu", staging);
+  }
+}
+
 void caseAlltoall(World& w) {
   const BufferKind kinds[2] = {BufferKind::Plain, BufferKind::Mapped};
   const uint64_t rounds = static_cast<uint64_t>(testRounds(24));  // 4 buffer-kind pairs each
@@ -103,6 +122,7 @@ void caseAlltoall(World& w) {
                 "ncclAlltoAll block from %d: %zu of %zu bytes differ, first at %zu (0x%02x)", p,
                 bad, block, firstBad, firstBad < block ? got[firstBad] : 0);
   }
+  checkPath(w);
 }
 
 // 1,000 small rounds (FERRY_TEST_ROUNDS): random sizes (0..64 KiB), random

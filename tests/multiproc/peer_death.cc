@@ -11,6 +11,8 @@
 //   kernel   all-reduce + 256 KiB kernel send/recv (NCCL_PASS_SM=0); SIGKILL
 //   net      ranks 0,1 and 2,3 on two emulated hosts: all-reduce (its ring
 //            crossing hosts through the proxy) + SM-free ring; SIGKILL
+//   netkernel net, with NCCL_PASS_SM=0: the send/recv ring is kernel p2p,
+//            its lanes across hosts carried by the proxy's hops; SIGKILL
 //   hier     net, with NCCL_ALGO=Tree: the all-reduce runs hierarchically
 //            (comm/hier_allreduce.h), on internal communicators that have
 //            no liveness ring of their own; SIGKILL
@@ -78,9 +80,9 @@ Mode parseMode(const char* s) {
   Mode m;
   m.name = s;
   m.coll = m.name == "coll" || m.name == "kernel" || m.name == "silent" || m.name == "shrink" ||
-           m.name == "forked" || m.name == "net" || m.name == "hier";
-  m.p2pBytes = m.name == "kernel" ? (256u << 10) : (4u << 20);
-  m.net = m.name == "net" || m.name == "hier";
+           m.name == "forked" || m.name == "net" || m.name == "hier" || m.name == "netkernel";
+  m.p2pBytes = m.name == "kernel" || m.name == "netkernel" ? (256u << 10) : (4u << 20);
+  m.net = m.name == "net" || m.name == "hier" || m.name == "netkernel";
   m.silent = m.name == "silent";
   m.graceful = m.name == "graceful";
   m.shrink = m.name == "shrink";
@@ -313,14 +315,15 @@ int runRank(const Mode& m, const ncclUniqueId& id, int rank, Shared* sh) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s coll|smfree|kernel|net|hier|silent|graceful|shrink|forked\n",
+    fprintf(stderr,
+            "usage: %s coll|smfree|kernel|net|netkernel|hier|silent|graceful|shrink|forked\n",
             argv[0]);
     return 2;
   }
   const Mode m = parseMode(argv[1]);
   unsetenv("NCCL_COMM_ID");
   setenv("FERRY_RUNTIME", "host", 1);
-  if (m.name == "kernel") setenv("NCCL_PASS_SM", "0", 1);
+  if (m.name == "kernel" || m.name == "netkernel") setenv("NCCL_PASS_SM", "0", 1);
   if (m.silent) setenv("FERRY_PEER_TIMEOUT", "3", 1);
   if (m.forked) setenv("FERRY_PEER_TIMEOUT", "0", 1);
   if (m.net) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
