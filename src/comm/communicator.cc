@@ -180,6 +180,14 @@ std::vector<CollTask> Communicator::ringTasks(const std::vector<CollTask>& tasks
   return ring;
 }
 
+double Communicator::hierEstimateUs(const std::vector<CollTask>& tasks) const {
+  double us = 0;
+  for (const CollTask& t : tasks) {
+    if (hier_ && hier_->chosen(t)) us += hier_->estimateUs(t);
+  }
+  return us;
+}
+
 uint64_t Communicator::heldBytes() const {
   return (coll_ ? coll_->regionBytes() : 0) + (hier_ ? hier_->regionBytes() : 0);
 }

@@ -103,8 +103,10 @@ class Communicator {
   // Launches one group's collectives of this communicator in call order:
   // each on the ring, or hierarchically (comm/hier_allreduce.h).
   [[nodiscard]] Status launchColl(const std::vector<CollTask>& tasks);
-  // The tasks of `tasks` that run on this communicator's own ring.
+  // The tasks of `tasks` that run on this communicator's own ring, and the
+  // estimated time of the others (hierarchical all-reduces).
   std::vector<CollTask> ringTasks(const std::vector<CollTask>& tasks) const;
+  double hierEstimateUs(const std::vector<CollTask>& tasks) const;
   // Memory held for collectives and kernel p2p, the internal communicators'
   // included, and of it the collective FIFOs (ncclFerryCommMemory).
   uint64_t heldBytes() const;

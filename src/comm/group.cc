@@ -149,9 +149,10 @@ double estimateUs(const std::vector<std::pair<Communicator*, std::vector<CollTas
   for (Communicator* c : comms) {
     auto ci = std::find_if(coll.begin(), coll.end(), [c](const auto& e) { return e.first == c; });
     auto pi = std::find_if(p2p.begin(), p2p.end(), [c](const auto& e) { return e.first == c; });
+    const std::vector<CollTask>& tasks = ci != coll.end() ? ci->second : noColl;
     double us = estimateGroupUs(c->topology(), c->runtime()->kind() == rt::RuntimeKind::Host,
-                                ci != coll.end() ? ci->second : noColl,
-                                pi != p2p.end() ? pi->second : noP2p);
+                                c->ringTasks(tasks), pi != p2p.end() ? pi->second : noP2p) +
+                c->hierEstimateUs(tasks);
     slowest = std::max(slowest, us);
   }
   return slowest;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/communicator.h"
+#include "comm/cost_model.h"
 #include "core/log.h"
 #include "runtime/device_scope.h"
 
@@ -117,6 +118,11 @@ bool HierAllReduce::chosen(const CollTask& t) const {
                              parent_->runtime()->kind() == rt::RuntimeKind::Host);
 }
 
+double HierAllReduce::estimateUs(const CollTask& t) const {
+  return allReduceHierUs(shape_.hosts, shape_.perHost, t.count * algo::typeBytes(t.dataType),
+                         parent_->runtime()->kind() == rt::RuntimeKind::Host);
+}
+
 Status HierAllReduce::makeComm(const std::vector<int>& members, uint32_t tag,
                                std::unique_ptr<Communicator>* slot) {
   const int me = static_cast<int>(std::find(members.begin(), members.end(), parent_->rank()) -
@@ -131,8 +137,13 @@ Status HierAllReduce::makeComm(const std::vector<int>& members, uint32_t tag,
   } else {
     FERRY_CHECK(boot->recv(members[0], tag, &id, sizeof(id)));
   }
-  // This communicator's liveness ring watches every rank already.
-  auto c = std::make_unique<Communicator>(parent_->params().withValue(ParamId::Liveness, "0"),
+  // This communicator's liveness ring watches every rank already, and the
+  // internal ones carry no point-to-point: no kernel p2p lanes across hosts.
+  const Params params = parent_->params()
+                            .withValue(ParamId::Liveness, "0")
+                            .withValue(ParamId::PassSm, "1")
+                            .withValue(ParamId::P2pKernelAcrossHosts, "0");
+  auto c = std::make_unique<Communicator>(params,
                                           parent_->config(), parent_->runtime(),
                                           static_cast<int>(members.size()), me, parent_->device());
   Communicator* parent = parent_;

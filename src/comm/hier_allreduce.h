@@ -59,8 +59,10 @@ class HierAllReduce {
   static HierShape layout(const Topology& topo, std::vector<int>* hostOf,
                           std::vector<int>* localOf);
 
-  // Whether this all-reduce task runs here (the same answer on every rank).
+  // Whether this all-reduce task runs here (the same answer on every rank),
+  // and its estimated time (comm/cost_model.h).
   bool chosen(const CollTask& t) const;
+  double estimateUs(const CollTask& t) const;
   // Launches the task's steps on its stream, making the internal
   // communicators first if this is the first such all-reduce.
   [[nodiscard]] Status launch(const CollTask& t);

@@ -97,7 +97,7 @@ ferry_coll_hosts_test(coll.hosts.stress.3x2 6 3 stress)
 ferry_coll_hosts_test(coll.hosts.abort.2x2 4 2 abort)
 # The hierarchical all-reduce (comm/hier_allreduce.h), forced by NCCL_ALGO
 # (the host runtime's cost model keeps the ring): 2 and 3 hosts of 2, 2 of
-# 3 and of 4 (the shards' remainder differs), the matrix, mixed groups with
+# 3 and of 4 (the shards' remainder differs; every type and op), mixed groups with
 # point-to-point, an abort during it; and shapes it cannot serve (3 ranks on
 # 2 hosts; NCCL_ALGO=Ring), where every all-reduce must stay on the ring.
 ferry_coll_hosts_test(coll.hosts.hier.2x2 4 2 hier "NCCL_ALGO=Tree;FERRY_TEST_EXPECT_HIER=1")
@@ -106,6 +106,5 @@ ferry_coll_hosts_test(coll.hosts.hier.2x3 6 2 hier "NCCL_ALGO=^ring;FERRY_TEST_E
 ferry_coll_hosts_test(coll.hosts.hier.2x4 8 2 hier "NCCL_ALGO=Hier;FERRY_TEST_EXPECT_HIER=1")
 ferry_coll_hosts_test(coll.hosts.hier.uneven.3on2 3 2 hier "NCCL_ALGO=Tree;FERRY_TEST_EXPECT_HIER=0")
 ferry_coll_hosts_test(coll.hosts.hier.ring.2x2 4 2 hier "NCCL_ALGO=Ring;FERRY_TEST_EXPECT_HIER=0")
-ferry_coll_hosts_test(coll.hosts.hier.matrix.2x2 4 2 matrix_quick NCCL_ALGO=Tree)
 ferry_coll_hosts_test(coll.hosts.hier.mixed.2x2 4 2 mixed NCCL_ALGO=Tree)
 ferry_coll_hosts_test(coll.hosts.hier.abort.2x2 4 2 abort NCCL_ALGO=Tree)

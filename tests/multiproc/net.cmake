@@ -65,7 +65,7 @@ ferry_net_p2p_test(net.p2p.alltoall.plugin6.2x1 2 1 alltoall
 # lanes to the other hosts carried by the proxy's persistent hops; the test
 # plugin too (8 requests per comm). FERRY_P2P_KERNEL_ACROSS_HOSTS=1 sets the
 # lanes up beside the SM-free default, which must keep working.
-ferry_net_p2p_test(net.p2p.kernel.alltoall.4x2 8 2 alltoall
+ferry_net_p2p_test(net.p2p.kernel.alltoall.2x2 4 2 alltoall
   "NCCL_PASS_SM=0;FERRY_TEST_EXPECT_KERNEL=1")
 ferry_net_p2p_test(net.p2p.kernel.stress.2x2 4 2 stress NCCL_PASS_SM=0)
 ferry_net_p2p_test(net.p2p.kernel.unbatched.2x2 4 2 unbatched NCCL_PASS_SM=0)
