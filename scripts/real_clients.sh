@@ -16,7 +16,11 @@
 # SM-free default), kernel-lazy kernel-eager (Ferry, NCCL_PASS_SM=0),
 # memop-lazy memop-eager (Ferry SM-free with zero-SM stream waits); lazy is
 # torch's default module loading, eager is CUDA_MODULE_LOADING=EAGER. A mode
-# may carry a suffix to repeat it as its own column (ferry-lazy-r2).
+# may carry a suffix to repeat it as its own column (ferry-lazy-r2); "-roots"
+# in a mode's name sets TORCH_NCCL_RANKS_PER_ROOT=1, so torch initializes
+# every communicator with one unique id per rank (ncclCommInitRankScalable).
+# CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
+# GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
 set -uo pipefail
 b=$(cd "$1" && pwd)
 shift
@@ -26,6 +30,7 @@ out=${OUT:-$PWD/device-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
+[ "${CLIENT_EMULATE_HOSTS:-0}" = 1 ] && export NCCL_SOCKET_IFNAME=lo
 nccl=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl", "lib", "libnccl.so.2"))')
 [ -f "$nccl" ] || { echo "NVIDIA's NCCL not found at $nccl"; exit 1; }
 ferry=$b/libnccl.so.2
@@ -46,6 +51,7 @@ mode_env() {
   memop-*) e="LD_PRELOAD=$ferry FERRY_USER_WAIT=memop" ;;
   esac
   case $1 in *-eager*) e="$e CUDA_MODULE_LOADING=EAGER" ;; esac
+  case $1 in *-roots*) e="$e TORCH_NCCL_RANKS_PER_ROOT=1" ;; esac
   echo "$e"
 }
 

@@ -20,7 +20,15 @@ checked), a2a (uneven all_to_all_single, MoE-dispatch sized, new tensors
 every iteration, compared exactly), batch (batch_isend_irecv ring, exact),
 blocking (send/recv in pipeline order), groups and p2pgroups (64 extra
 communicators used by an all_reduce and a send/recv ring, or by the ring
-only: memory held and set-up time; not in the default list). Every rank uses the same seed
+only: memory held and set-up time; not in the default list), shrink
+(torch's shrink_group on a group of every rank without the last one, then
+a checked all_reduce on the new group; issue 19), symm (tensors from
+torch's symmetric memory with the NCCL backend: ncclMemAlloc + window
+registration, then a checked all_reduce and send/recv ring on them).
+CLIENT_EMULATE_HOSTS=1: each rank claims its own host (NCCL_HOSTID, read
+by both libraries) and ranks share the GPUs there are, so one GPU runs the
+suite across two emulated hosts over loopback sockets (correctness, API
+paths; never speed). Every rank uses the same seed
 (--seed, or CLIENT_SEED, default 4242): each rank regenerates the others'
 data, so a seed that differed between ranks would be a test bug.
 """
@@ -441,6 +449,62 @@ def run_groups(rep: Reporter, name: str, rank: int, world: int, device, seed: in
         dist.destroy_process_group(g)
 
 
+def case_shrink(rep: Reporter, rank: int, world: int, device, seed: int):
+    """shrink_group (ncclCommShrink): a group of every rank, used once, loses
+    its last rank; the others all_reduce on the new group (checked). Only
+    the remaining ranks call it, as torch requires."""
+    g = dist.new_group(list(range(world)))
+    x = seeded(seed + rank, 1024, device=device)
+    dist.all_reduce(x, group=g)
+    ok = torch.allclose(x, sum(seeded(seed + r, 1024, device=device) for r in range(world)),
+                        rtol=1e-5, atol=1e-5)
+    torch.cuda.synchronize()
+    fields = {}
+    if rank != world - 1:
+        start = time.perf_counter()
+        small = dist.distributed_c10d.shrink_group([world - 1], group=g)
+        fields["shrink_s"] = round(time.perf_counter() - start, 3)
+        y = seeded(seed + 77 + rank, 4096, device=device)
+        dist.all_reduce(y, group=small)
+        want = sum(seeded(seed + 77 + r, 4096, device=device) for r in range(world - 1))
+        ok = ok and torch.allclose(y, want, rtol=1e-5, atol=1e-5)
+        fields["new_size"] = dist.get_world_size(small)
+        ok = ok and fields["new_size"] == world - 1
+        dist.destroy_process_group(small)
+    torch.cuda.synchronize()
+    dist.barrier()
+    dist.destroy_process_group(g)
+    rep.emit("shrink", ok, **fields)
+
+
+def case_symm(rep: Reporter, rank: int, world: int, device, seed: int):
+    """Symmetric memory with the NCCL backend (ncclMemAlloc, then a window
+    registered at rendezvous): an all_reduce in place and a send/recv ring
+    on such tensors, both checked."""
+    import torch.distributed._symmetric_memory as symm_mem
+    symm_mem.set_backend("NCCL")
+    n = 1 << 20
+    t = symm_mem.empty(n, dtype=torch.float32, device=device)
+    symm_mem.rendezvous(t, group=dist.group.WORLD)
+    t.copy_(seeded(seed + 5 + rank, n, device=device))
+    dist.all_reduce(t)
+    ok = torch.allclose(t, sum(seeded(seed + 5 + r, n, device=device) for r in range(world)),
+                        rtol=1e-5, atol=1e-5)
+    out = symm_mem.empty(n, dtype=torch.float32, device=device)
+    inp = symm_mem.empty(n, dtype=torch.float32, device=device)
+    symm_mem.rendezvous(out, group=dist.group.WORLD)
+    symm_mem.rendezvous(inp, group=dist.group.WORLD)
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    out.copy_(seeded(seed + 9 + rank, n, device=device))
+    inp.fill_(float("nan"))
+    for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, out, nxt),
+                                       dist.P2POp(dist.irecv, inp, prv)]):
+        req.wait()
+    ok = ok and torch.equal(inp, seeded(seed + 9 + prv, n, device=device))
+    torch.cuda.synchronize()
+    rep.emit("symm", ok)
+
+
 def case_groups(rep: Reporter, rank: int, world: int, device, seed: int):
     """Groups used by an all_reduce (4 KiB) and a send/recv ring."""
     run_groups(rep, "groups", rank, world, device, seed, collectives=True)
@@ -462,6 +526,10 @@ def main():
     ap.add_argument("--seed", type=int, default=int(os.environ.get("CLIENT_SEED", "4242")))
     a = ap.parse_args()
     local = int(os.environ["LOCAL_RANK"])
+    if os.environ.get("CLIENT_EMULATE_HOSTS") == "1":
+        # Each rank its own host: both libraries read NCCL_HOSTID at init.
+        os.environ["NCCL_HOSTID"] = "clients-host-%s" % os.environ["RANK"]
+        local %= torch.cuda.device_count()
     device = torch.device("cuda", local)
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=device)
