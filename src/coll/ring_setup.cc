@@ -424,6 +424,7 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   const bool peers = part == RingPart::Peers;
   // Kernel p2p across hosts costs two network connections per lane and
   // peer: made only where the user may need it (the same on every rank).
+  if (peers && ctx.collectivesOnly) return ncclSuccess;
   const bool peersAcross = peers && t.nHosts > 1;
   if (peersAcross && ctx.params->getInt(ParamId::PassSm) != 0 &&
       ctx.params->getInt(ParamId::P2pKernelAcrossHosts) == 0) {

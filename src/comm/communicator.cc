@@ -139,6 +139,7 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   ctx.timeoutMs = params_.getInt(ParamId::BootstrapTimeout) * 1000;
   // Every rank runs the same collective channels: the smallest maxCTAs wins.
   ctx.maxCtas = config_.maxCTAs;
+  ctx.collectivesOnly = collectivesOnly_;
   for (const PeerInfo& p : topology_.peers) ctx.maxCtas = std::min(ctx.maxCtas, p.maxCtas);
   if (ctx.maxCtas != config_.maxCTAs) {
     FERRY_INFO(kLogInit, "maxCTAs %d (the smallest of all ranks'; this rank asked for %d)",

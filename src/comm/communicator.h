@@ -119,6 +119,9 @@ class Communicator {
   void setPeerFailedHook(std::function<void(int peer, const std::string& why)> hook) {
     peerFailedHook_ = std::move(hook);
   }
+  // Before init: this communicator will carry collectives only (no
+  // point-to-point connections or FIFOs are made).
+  void setCollectivesOnly() { collectivesOnly_ = true; }
   // Flushes (or, with abort, drops) outstanding point-to-point work.
   [[nodiscard]] Status shutdownP2p(bool abort);
   // Waits for (or, with abort, stops) running collective kernels.
@@ -149,6 +152,7 @@ class Communicator {
   // back into this one).
   std::unique_ptr<HierAllReduce> hier_;
   std::function<void(int, const std::string&)> peerFailedHook_;
+  bool collectivesOnly_ = false;
   uint64_t ringColls_ = 0;  // owner thread only
   uint64_t hierColls_ = 0;
   WindowTable windows_{this};

@@ -138,7 +138,8 @@ Status HierAllReduce::makeComm(const std::vector<int>& members, uint32_t tag,
     FERRY_CHECK(boot->recv(members[0], tag, &id, sizeof(id)));
   }
   // This communicator's liveness ring watches every rank already, and the
-  // internal ones carry no point-to-point: no kernel p2p lanes across hosts.
+  // internal ones carry no point-to-point (setCollectivesOnly: no p2p
+  // connections or FIFOs; the knobs keep any later p2p logic from acting).
   const Params params = parent_->params()
                             .withValue(ParamId::Liveness, "0")
                             .withValue(ParamId::PassSm, "1")
@@ -146,6 +147,7 @@ Status HierAllReduce::makeComm(const std::vector<int>& members, uint32_t tag,
   auto c = std::make_unique<Communicator>(params,
                                           parent_->config(), parent_->runtime(),
                                           static_cast<int>(members.size()), me, parent_->device());
+  c->setCollectivesOnly();
   Communicator* parent = parent_;
   c->setPeerFailedHook([parent, members](int peer, const std::string& why) {
     const bool known = peer >= 0 && peer < static_cast<int>(members.size());

@@ -64,6 +64,10 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (NOTES.md trap 22).
   FERRY_CHECK(ctx.runtime->preloadKernels());
+  if (ctx.collectivesOnly) {
+    *out = std::move(e);  // no connections: nothing reaches a peer
+    return ncclSuccess;
+  }
   FERRY_CHECK(setupP2p(ctx, &e->state_));
   FERRY_INFO(kLogP2p | kLogInit,
              "SM-free p2p ready: copy engines, submitted in the call; user streams wait with %s",

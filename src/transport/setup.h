@@ -38,6 +38,9 @@ struct P2pSetupContext {
   const std::atomic<bool>* abortFlag = nullptr;
   int64_t timeoutMs = 120000;
   int maxCtas = 64;  // ncclConfig_t.maxCTAs: caps the collective channels
+  // A communicator that never carries point-to-point (the hierarchical
+  // all-reduce's internal ones): no p2p connections, no kernel-p2p FIFOs.
+  bool collectivesOnly = false;
 };
 
 [[nodiscard]] Status setupP2p(const P2pSetupContext& ctx, P2pState* out);
