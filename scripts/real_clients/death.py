@@ -7,6 +7,8 @@ watchdog then reports ncclRemoteError); with NVIDIA's NCCL it waits for the
 process group's timeout (--pg-timeout, 60 s). Rank 0 prints
 "NOTICED <seconds since the death> <error>" if it gets control back;
 scripts/real_clients.sh (stage death) also records torchrun's end.
+CLIENT_EMULATE_HOSTS=1: each rank its own emulated host (NCCL_HOSTID), GPUs
+shared: the death crosses hosts (network connections), on one GPU.
 """
 import argparse
 import os
@@ -24,6 +26,9 @@ def main():
     ap.add_argument("--stamp", default="/tmp/ferry-death-stamp")
     a = ap.parse_args()
     local = int(os.environ["LOCAL_RANK"])
+    if os.environ.get("CLIENT_EMULATE_HOSTS") == "1":
+        os.environ["NCCL_HOSTID"] = "death-host-%s" % os.environ["RANK"]
+        local %= torch.cuda.device_count()
     device = torch.device("cuda", local)
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=device, timeout=timedelta(seconds=a.pg_timeout))
