@@ -7,6 +7,7 @@
 # Usage: scripts/real_clients.sh FERRY_BUILD_DIR [stages...]
 #   stages: torch      clients.py in every mode of $CLIENT_MODES
 #           nccltests  every *_perf binary of $NCCL_TESTS_DIR, both libraries
+#           ntbuild    only build nccl-tests (to overlap the build with other work)
 #           p2pdiag    a2a and batch under Ferry: pushes/pulls, mappings, staging
 #           hangdiag   one pipelining schedule under Ferry with P2P tracing;
 #                      after $DIAG_WAIT s, native stacks of both ranks (cuda-gdb)
@@ -63,6 +64,18 @@ torchrun_clients() {  # mode, extra clients.py args...
     --nproc-per-node 2 "$here/real_clients/clients.py" --tag "$mode" --expect $expect "$@"
 }
 
+# Builds nccl-tests once, against NVIDIA's own headers (torch's wheel), as
+# users build it (the wheel ships libnccl.so.2 only: the link needs libnccl.so).
+nt_build() {
+  [ -x "$ntdir/all_reduce_perf" ] && return 0
+  local h=/tmp/nccl-home
+  mkdir -p $h/lib && ln -sfn "$(dirname "$(dirname "$nccl")")/include" $h/include &&
+    ln -sf "$nccl" $h/lib/libnccl.so && ln -sf "$nccl" $h/lib/libnccl.so.2
+  make -C "$ntsrc/src" -j 32 BUILDDIR="$ntdir" DSO=1 NCCL_HOME=$h \
+    CUDA_HOME=/usr/local/cuda NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
+    >"$out/nt-build.log" 2>&1 || { tail -20 "$out/nt-build.log"; return 1; }
+}
+
 for s in $stages; do
   echo "=== $s ($(date +%T))"
   case $s in
@@ -76,17 +89,11 @@ for s in $stages; do
       grep -E '"ok": false|Traceback|Error' "$out/clients-$m.log" | head -4 | cut -c1-300
     done
     ;;
+  ntbuild)
+    nt_build
+    ;;
   nccltests)
-    # Built here against NVIDIA's own headers (torch's wheel), as users build it.
-    # (the wheel ships libnccl.so.2 only: the link step needs a libnccl.so).
-    if [ ! -x "$ntdir/all_reduce_perf" ]; then
-      h=/tmp/nccl-home
-      mkdir -p $h/lib && ln -sfn "$(dirname "$(dirname "$nccl")")/include" $h/include &&
-        ln -sf "$nccl" $h/lib/libnccl.so && ln -sf "$nccl" $h/lib/libnccl.so.2
-      make -C "$ntsrc/src" -j 32 BUILDDIR="$ntdir" DSO=1 NCCL_HOME=$h \
-        CUDA_HOME=/usr/local/cuda NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
-        >"$out/nt-build.log" 2>&1 || { tail -20 "$out/nt-build.log"; exit 1; }
-    fi
+    nt_build || exit 1
     for bin in "$ntdir"/*_perf; do
       op=$(basename "$bin" _perf)
       for lib in nccl ferry; do

@@ -58,28 +58,15 @@ def main():
     if not runs:
         print("no RESULT lines found")
         return 1
-    ranks = max(len({r["rank"] for recs in cases.values() for r in recs}) for cases in runs.values())
-    cases = OrderedDict()
-    for c in runs.values():
-        for name in c:
-            cases[name] = True
-    tags = list(runs)
-    print("| case | " + " | ".join(tags) + " |")
-    print("|---|" + "---|" * len(tags))
     failed = 0
-    for name in cases:
-        row = []
-        for t in tags:
-            recs = runs[t].get(name)
-            if recs is None:
-                row.append("missing")
-                failed += 1
-                continue
-            c = cell(recs, ranks)
-            failed += c.startswith("FAIL")
-            row.append(c)
-        print(f"| {name} | " + " | ".join(row) + " |")
+    # Two suites, each its own table: torch clients (one RESULT per rank)
+    # and nccl-tests (one process drives both GPUs: one RESULT per run).
+    for suite in (False, True):
+        tags = [t for t in runs if t.startswith("nccltests-") == suite]
+        if tags:
+            failed += suite_table(runs, tags)
     # FSDP2: the same losses under every library in the same loading mode.
+    tags = list(runs)
     fsdp = {t: runs[t]["fsdp2"][0].get("losses") for t in tags
             if "fsdp2" in runs[t] and runs[t]["fsdp2"][0].get("losses")}
     if len(fsdp) > 1:
@@ -91,6 +78,33 @@ def main():
     failed += busbw_table(runs)
     print(f"\n{failed} failing cell(s)")
     return 1 if failed else 0
+
+
+def suite_table(runs, tags):
+    """One table, cases x runs; returns the failing cells. A case is judged
+    against the rank count its own run reported anywhere."""
+    cases = OrderedDict()
+    for t in tags:
+        for name in runs[t]:
+            cases[name] = True
+    print("| case | " + " | ".join(tags) + " |")
+    print("|---|" + "---|" * len(tags))
+    failed = 0
+    for name in cases:
+        row = []
+        for t in tags:
+            recs = runs[t].get(name)
+            if recs is None:
+                row.append("missing")
+                failed += 1
+                continue
+            ranks = len({r["rank"] for rs in runs[t].values() for r in rs})
+            c = cell(recs, ranks)
+            failed += c.startswith("FAIL")
+            row.append(c)
+        print(f"| {name} | " + " | ".join(row) + " |")
+    print()
+    return failed
 
 
 def busbw_table(runs):

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One call on a 2-GPU device machine when little device time is left: the
+# build, the real-client suite beside NVIDIA's NCCL, nccl-tests -g 2 and the
+# GPU suite, in that order, each started only while the deadline allows, so
+# that the logs come back even when the call runs out. The logs are tarred
+# into $OUT/logs.tgz every 10 s (the device returns at most a few files).
+# Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; the
+#   real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, NT_ARGS, NT_TIMEOUT)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/.." && pwd)
+deadline=$(($(date +%s) + ${DEADLINE_S:-430}))
+final=${OUT:-$PWD/device-out}
+o=/tmp/device-logs
+mkdir -p "$o" "$final"
+export OUT=$o
+snapshot() { tar czf "$final/logs.tgz.tmp" -C "$(dirname $o)" "$(basename $o)" && mv "$final/logs.tgz.tmp" "$final/logs.tgz"; }
+(while sleep 10; do snapshot; done) &
+ticker=$!
+left() { echo $((deadline - $(date +%s))); }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; nvidia-smi topo -m; } >"$o/machine.txt" 2>&1
+head -3 "$o/machine.txt"
+
+"$here/device_p2p.sh" "$src" build || { kill $ticker; snapshot; exit 1; }
+echo "built, $(left) s left"
+"$here/real_clients.sh" /tmp/fb ntbuild >"$o/ntbuild.txt" 2>&1 &
+ntb=$!
+
+export CLIENT_MODES=${CLIENT_MODES:-nccl-lazy ferry-lazy}
+export CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,groups,p2pgroups,shrink}
+export CLIENT_TIMEOUT=${CLIENT_TIMEOUT:-120} CLIENT_CASE_TIMEOUT=${CLIENT_CASE_TIMEOUT:-60}
+"$here/real_clients.sh" /tmp/fb torch
+wait $ntb
+echo "clients done, $(left) s left"
+
+if [ "$(left)" -gt 60 ]; then
+  NT_ARGS=${NT_ARGS:--b 8 -e 1G -f 32 -g 2 -c 1 -n 3 -w 1} NT_TIMEOUT=${NT_TIMEOUT:-20} \
+    timeout $(($(left) - 30)) "$here/real_clients.sh" /tmp/fb nccltests
+fi
+echo "nccl-tests done, $(left) s left"
+
+if [ "$(left)" -gt 40 ]; then
+  (cd /tmp/fb && timeout $(($(left) - 15)) ctest -L gpu --timeout 60 --output-on-failure >"$o/ctest-gpu.log" 2>&1)
+  grep -E "tests passed|Failed|\*\*\*|Not Run" "$o/ctest-gpu.log" | head -30
+fi
+"$here/real_clients.sh" /tmp/fb summary
+kill $ticker
+snapshot
