@@ -8,7 +8,8 @@
 #   stages: torch      clients.py in every mode of $CLIENT_MODES
 #           nccltests  every *_perf binary of $NCCL_TESTS_DIR, both libraries
 #           ntbuild    only build nccl-tests (to overlap the build with other work)
-#           p2pdiag    a2a and batch under Ferry: pushes/pulls, mappings, staging
+#           p2pdiag    a2a, batch, blocking under Ferry: pushes/pulls, mappings, staging,
+#                      the CPU profile of each launch phase (FERRY_PROFILE=1)
 #           hangdiag   one pipelining schedule under Ferry with P2P tracing;
 #                      after $DIAG_WAIT s, native stacks of both ranks (cuda-gdb)
 #           death      rank 1 dies mid-loop: how long rank 0 takes to fail
@@ -133,14 +134,17 @@ for s in $stages; do
     # Under Ferry (SM-free, lazy): per case, who copied each message (pushes
     # and pulls by this rank), peer mappings and staging growth, the result;
     # each case with FERRY_P2P_PUSH_WAIT_US as set and with 0.
-    for c in ${DIAG_CASES:-a2a batch}; do
+    # FERRY_PROFILE=1: each communicator's CPU time per launch phase, printed
+    # at its destroy (where a call's host time goes).
+    for c in ${DIAG_CASES:-a2a batch blocking}; do
       for pw in ${DIAG_PUSH_WAITS:-500 0}; do
         log="$out/p2pdiag-$c-$pw.log"
-        FERRY_P2P_PUSH_WAIT_US=$pw NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P torchrun_clients ferry-lazy \
+        FERRY_PROFILE=1 FERRY_P2P_PUSH_WAIT_US=$pw NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P torchrun_clients ferry-lazy \
           --cases "$c" --schedules "${DIAG_SCHEDULE:-1F1B}" --case-timeout 120 >"$log" 2>&1
         echo "--- $c, push wait $pw us: exit $?; $(grep -c 'mapped allocation' "$log") mappings," \
           "$(grep -c 'staging grew' "$log") staging growths"
         grep -o "p2p totals.*" "$log" | cut -c1-300
+        grep -o "rank [0-9]*: CPU profile.*" "$log" | grep -v "no launches" | cut -c1-600
         grep -h "^RESULT" "$log" | cut -c1-260
       done
     done

@@ -354,24 +354,31 @@ def case_batch(rep: Reporter, rank: int, world: int, device, seed: int):
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     ok, fields = True, {}
     for n in [1024, 256 << 10, 4 << 20, 64 << 20]:  # floats: 4 KiB .. 256 MiB
-        times = []
+        times, host = [], []
         for it in range(8):
             out = seeded(seed + 100 * rank + it, n, device=device)
             inp = torch.full((n,), float("nan"), device=device)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            h0 = time.perf_counter()
             ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.irecv, inp, prv)]
             for req in dist.batch_isend_irecv(ops):
                 req.wait()
+            h1 = time.perf_counter()
             end.record()
             end.synchronize()
             if it >= 2:
                 times.append(start.elapsed_time(end))
+                host.append((h1 - h0) * 1000)
             if not torch.equal(inp, seeded(seed + 100 * prv + it, n, device=device)):
                 ok = False
                 print(f"rank {rank}: batch_isend_irecv {n * 4} B iteration {it} WRONG", flush=True)
         times.sort()
+        host.sort()
         fields[f"ms_{n * 4}B"] = round(sync_max(times[len(times) // 2], device), 4)
+        # The CPU's time to issue the batch and its waits (the timed interval
+        # starts on an idle GPU, so it holds this too).
+        fields[f"host_ms_{n * 4}B"] = round(sync_max(host[len(host) // 2], device), 4)
     rep.emit("batch", ok, **fields)
 
 
@@ -379,21 +386,28 @@ def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
     """Pipeline order: rank r receives from r-1, then sends to r+1 (rank 0
     starts), activations forward then gradients backward, new kernels in
     between (the reduction below is launched once per iteration)."""
-    n, ok, times = 4 << 20, True, []
+    n, ok, times, host = 4 << 20, True, [], []
+
+    def timed(fn, *args):  # adds the call's CPU time to this iteration's
+        h0 = time.perf_counter()
+        fn(*args)
+        host[-1] += (time.perf_counter() - h0) * 1000
+
     for it in range(6):
         start = time.perf_counter()
+        host.append(0.0)
         act = seeded(seed + it, n, device=device) if rank == 0 else torch.full(
             (n,), float("nan"), device=device)
         if rank > 0:
-            dist.recv(act, rank - 1)
+            timed(dist.recv, act, rank - 1)
         act = act * 1.5 + rank
         if rank < world - 1:
-            dist.send(act, rank + 1)
+            timed(dist.send, act, rank + 1)
         grad = torch.full((n,), float("nan"), device=device) if rank < world - 1 else act.clone()
         if rank < world - 1:
-            dist.recv(grad, rank + 1)
+            timed(dist.recv, grad, rank + 1)
         if rank > 0:
-            dist.send(grad * 0.5, rank - 1)
+            timed(dist.send, grad * 0.5, rank - 1)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1000)
         # Independent reference: what rank 0's gradient must be.
@@ -406,7 +420,10 @@ def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
             ok = False
             print(f"rank 0: blocking send/recv iteration {it} WRONG", flush=True)
     times.sort()
-    rep.emit("blocking", ok, median_ms=round(sync_max(times[len(times) // 2], device), 4))
+    host.sort()
+    # host_ms: the CPU time of this rank's send/recv calls in a step.
+    rep.emit("blocking", ok, median_ms=round(sync_max(times[len(times) // 2], device), 4),
+             host_ms=round(sync_max(host[len(host) // 2], device), 4))
 
 
 def run_groups(rep: Reporter, name: str, rank: int, world: int, device, seed: int,

@@ -22,6 +22,11 @@ Communicator::~Communicator() {
   // Streams, events and memory are released with this rank's device
   // current (the destroying thread may be driving another device).
   rt::DeviceScope device(runtime_, device_);
+  if (profile_.enabled()) {
+    const std::string p = profile_.describe();
+    FERRY_INFO(kLogInit | kLogP2p, "comm %p rank %d: CPU profile (FERRY_PROFILE): %s",
+               static_cast<void*>(this), rank_, p.empty() ? "no launches" : p.c_str());
+  }
   liveness_.reset();  // goodbye to the neighbours; no callback after this
   abort();
   joinInit();
@@ -145,7 +150,9 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
     FERRY_INFO(kLogInit, "maxCTAs %d (the smallest of all ranks'; this rank asked for %d)",
                ctx.maxCtas, config_.maxCTAs);
   }
+  profile_.enable(params_.getInt(ParamId::Profile) != 0);
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
+  p2p_->setProfile(&profile_);
   FERRY_CHECK(CollEngine::create(ctx, &coll_));
   coll_->setFailureHandler([this](int peer, const std::string& why) { peerFailed(peer, why); });
   if (topology_.nHosts > 1 && coll_->available()) hier_ = std::make_unique<HierAllReduce>(this);
@@ -153,6 +160,7 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
 }
 
 Status Communicator::launchColl(const std::vector<CollTask>& tasks) {
+  ProfScope prof(&profile_, ProfSlot::CollLaunch);
   // Runs of ring tasks between hierarchical ones, in call order.
   std::vector<CollTask> ring;
   for (const CollTask& t : tasks) {

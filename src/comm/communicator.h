@@ -28,6 +28,7 @@
 #include "comm/liveness.h"
 #include "comm/windows.h"
 #include "comm/config.h"
+#include "core/cpu_profile.h"
 #include "enqueue/p2p_engine.h"
 #include "core/params.h"
 #include "core/status.h"
@@ -98,6 +99,8 @@ class Communicator {
   boot::Bootstrap* bootstrap() const { return bootstrap_.get(); }
   // The SM-free point-to-point engine (null until init succeeded).
   P2pEngine* p2p() const { return p2p_.get(); }
+  // FERRY_PROFILE: CPU time of this communicator's launches (cpu_profile.h).
+  CpuProfile* profile() { return &profile_; }
   // The collective engine (null until init succeeded).
   CollEngine* coll() const { return coll_.get(); }
   // Launches one group's collectives of this communicator in call order:
@@ -153,6 +156,7 @@ class Communicator {
   std::unique_ptr<HierAllReduce> hier_;
   std::function<void(int, const std::string&)> peerFailedHook_;
   bool collectivesOnly_ = false;
+  CpuProfile profile_;
   uint64_t ringColls_ = 0;  // owner thread only
   uint64_t hierColls_ = 0;
   WindowTable windows_{this};

@@ -101,6 +101,7 @@ Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
     (allKernel || small ? kernel : smFree).push_back(t);
   }
   if (!kernel.empty()) {
+    ProfScope prof(comm->profile(), ProfSlot::P2pKernel);
     FERRY_CHECK(comm->coll()->launchP2p(kernel));
     comm->p2p()->countKernelTasks(kernel);
   }

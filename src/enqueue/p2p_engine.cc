@@ -339,6 +339,7 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   if (!stageSends_ && !exchange) return;
   const Op& op = ops[i];
   const int64_t ns = std::min<int64_t>(pushWaitNs_, static_cast<int64_t>(t.bytes / 400));
+  ProfScope prof(profile_, ProfSlot::PushWait);
   bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
   FERRY_TRACE(kLogP2p, "send to peer %d: message %llu (%s): receiver %s within %lld us", t.peer,
               static_cast<unsigned long long>(op.seq), stageSends_ ? "would stage" : "exchange",
@@ -383,6 +384,7 @@ Status P2pEngine::claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& o
 
 Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   if (tasks.empty()) return ncclSuccess;
+  ProfScope prof(profile_, ProfSlot::P2pSmFree);
   Status err = asyncError_->load(std::memory_order_acquire);
   if (err != ncclSuccess) FERRY_FAIL(err, "communicator is in error state: %s", statusString(err));
   // Enqueue on the communicator's device, then give the caller its own back
@@ -424,20 +426,37 @@ Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks,
   std::vector<void*> handles;
   Streams streams;
   std::vector<Op> ops(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    FERRY_CHECK(streamFor(tasks[i].stream, handles, streams, &ops[i].stream));
+  {
+    ProfScope prof(profile_, ProfSlot::Streams);
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      FERRY_CHECK(streamFor(tasks[i].stream, handles, streams, &ops[i].stream));
+    }
   }
-  FERRY_CHECK(claimAll(tasks, ops));
+  {
+    ProfScope prof(profile_, ProfSlot::Claim);
+    FERRY_CHECK(claimAll(tasks, ops));
+  }
   std::vector<std::shared_ptr<rt::Event>> starts;
-  Status s = markReady(tasks, ops, streams, &starts);
-  if (s == ncclSuccess) s = copyAsSecond(tasks, ops, starts);
+  Status s = ncclSuccess;
+  {
+    ProfScope prof(profile_, ProfSlot::MarkReady);
+    s = markReady(tasks, ops, streams, &starts);
+  }
+  if (s == ncclSuccess) {
+    ProfScope prof(profile_, ProfSlot::CopySecond);
+    s = copyAsSecond(tasks, ops, starts);
+  }
   if (s != ncclSuccess) {
     failClaimed(ops, s);
     return s;
   }
   postWatches(ops);
   if (afterPost) FERRY_CHECK(afterPost());
-  FERRY_CHECK(waitForPeers(tasks, ops, streams));
+  {
+    ProfScope prof(profile_, ProfSlot::UserWaits);
+    FERRY_CHECK(waitForPeers(tasks, ops, streams));
+  }
+  ProfScope fenceProf(profile_, ProfSlot::Fences);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Op& op = ops[i];
     bool direct = op.block == nullptr && (op.first || op.peer.staged == 0);

@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cpu_profile.h"
 #include "core/params.h"
 #include "enqueue/peer_memory.h"
 #include "enqueue/staging.h"
@@ -78,6 +79,9 @@ class P2pEngine {
   // Adds tasks that ran on the kernel p2p path to the per-peer counters (the
   // same ops/bytes counters; kernel p2p never counts as zero-copy).
   void countKernelTasks(const std::vector<P2pTask>& tasks);
+  // Where launch() adds its CPU time per phase (FERRY_PROFILE); outlives
+  // the engine (the communicator's).
+  void setProfile(CpuProfile* profile) { profile_ = profile; }
   // Counters of the connections with `peer` (zeros where none exists).
   void peerStats(int peer, uint64_t out[5]) const;
   // "peer N: X ops, Y bytes ..." lines for INFO logs and tests.
@@ -166,6 +170,7 @@ class P2pEngine {
   bool stageSends_ = false;                  // see staging.h
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
+  CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections
