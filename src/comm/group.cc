@@ -218,6 +218,19 @@ Status groupEnd() {
   bool anyBackground = false;
   Status s = runJobs(std::move(jobs), &anyBackground);
   if (s != ncclSuccess) return s;
+  // FERRY_PROFILE: the whole issue counts for every communicator in it.
+  const int64_t startNs = CpuProfile::nowNs();
+  auto charge = [&]() {
+    const int64_t ns = CpuProfile::nowNs() - startNs;
+    std::vector<Communicator*> comms;
+    for (auto& e : coll) comms.push_back(e.first);
+    for (auto& e : p2p) {
+      if (std::find(comms.begin(), comms.end(), e.first) == comms.end()) comms.push_back(e.first);
+    }
+    for (Communicator* c : comms) {
+      if (c->profile()->enabled()) c->profile()->add(ProfSlot::GroupEnd, ns);
+    }
+  };
   // Every communicator's tasks are issued even if an earlier one failed, so
   // peers waiting on them are not left hanging; the first error is returned.
   Status first = ncclSuccess;
@@ -236,6 +249,7 @@ Status groupEnd() {
     Status t = device.status() != ncclSuccess ? device.status() : launchP2p(comm, tasks);
     if (first == ncclSuccess) first = t;
   }
+  charge();
   if (first != ncclSuccess) return first;
   return anyBackground ? ncclInProgress : ncclSuccess;
 }

@@ -14,6 +14,7 @@
 namespace ferry {
 
 enum class ProfSlot : int {
+  GroupEnd,    // the outermost ncclGroupEnd that issued this communicator's work
   CollLaunch,  // Communicator::launchColl (ring or hierarchical)
   P2pKernel,   // kernel p2p launch (small messages, NCCL_PASS_SM=0, graphs)
   P2pSmFree,   // P2pEngine::launch as a whole

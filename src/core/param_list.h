@@ -82,9 +82,9 @@
     "exchange (the group also receives from that peer) or under lazy loading (it would be "      \
     "staged), waits on the CPU up to min(this, its size at 400 GB/s) us for the receiver to "     \
     "post, so it pushes straight from its buffer; 0: never.")                                    \
-  X(Profile, "FERRY_PROFILE", Int, "0",                                                            \
-    "1: time the CPU's parts of every launch (collective, kernel p2p, each phase of SM-free "   \
-    "p2p) per communicator and print them at destroy/abort (INFO, subsystem INIT or P2P).")      \
+  X(Profile, "FERRY_PROFILE", Int, "0",                                                          \
+    "1: time the CPU's parts of every launch (group end, collective, kernel p2p, SM-free "      \
+    "phases) per communicator; printed at destroy/abort (INFO, subsystem INIT or P2P).")        \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
     "Seconds an SM-free message may wait for its peer before failing (0: no limit).")           \
   X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "2M",                                 \
