@@ -69,7 +69,8 @@ Status runConcurrently(std::vector<GroupJob>& jobs) {
 // hosts were set up at init (NCCL_PASS_SM=0 or FERRY_P2P_KERNEL_ACROSS_HOSTS
 // =1, agreed by every rank), and never for small messages by default: every
 // rank knows both (nHosts is global), so all of them choose alike.
-Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
+Status launchKernelP2p(Communicator* comm, const std::vector<P2pTask>& tasks,
+                       std::vector<P2pTask>* smFree) {
   const Params& params = comm->params();
   const bool kernelP2p = comm->coll()->kernelP2pPossible();
   bool allKernel = kernelP2p && params.getInt(ParamId::PassSm) == 0;
@@ -95,17 +96,50 @@ Status launchP2p(Communicator* comm, const std::vector<P2pTask>& tasks) {
   const bool oneHost = comm->topology().nHosts <= 1;
   int64_t smallMax =
       kernelP2p && oneHost && comm->nranks() <= 32 ? params.getInt(ParamId::P2pKernelMaxBytes) : 0;
-  std::vector<P2pTask> kernel, smFree;
+  std::vector<P2pTask> kernel;
   for (const P2pTask& t : tasks) {
     bool small = t.bytes > 0 && static_cast<int64_t>(t.bytes) <= smallMax;
-    (allKernel || small ? kernel : smFree).push_back(t);
+    (allKernel || small ? kernel : *smFree).push_back(t);
   }
-  if (!kernel.empty()) {
-    ProfScope prof(comm->profile(), ProfSlot::P2pKernel);
-    FERRY_CHECK(comm->coll()->launchP2p(kernel));
-    comm->p2p()->countKernelTasks(kernel);
+  if (kernel.empty()) return ncclSuccess;
+  ProfScope prof(comm->profile(), ProfSlot::P2pKernel);
+  FERRY_CHECK(comm->coll()->launchP2p(kernel));
+  comm->p2p()->countKernelTasks(kernel);
+  return ncclSuccess;
+}
+
+// The group's SM-free parts. One communicator's: launched whole. Several
+// (one thread driving several ranks of this process): stepped, each step for
+// every communicator before the next (P2pEngine::Step says why); a
+// communicator whose step failed skips the rest (its messages failed on
+// both sides); one with peers on other hosts is launched whole first.
+Status launchSmFree(std::vector<std::pair<Communicator*, std::vector<P2pTask>>>& parts) {
+  Status first = ncclSuccess;
+  auto note = [&first](Status s) {
+    if (first == ncclSuccess) first = s;
+  };
+  std::vector<std::pair<Communicator*, std::vector<P2pTask>>*> stepped;
+  for (auto& part : parts) {
+    Communicator* comm = part.first;
+    if (parts.size() > 1 && comm->p2p()->steppable(part.second)) {
+      stepped.push_back(&part);
+      continue;
+    }
+    LogRankScope scope(comm->rank());
+    note(comm->p2p()->launch(part.second));
   }
-  return smFree.empty() ? ncclSuccess : comm->p2p()->launch(smFree);
+  std::vector<bool> failed(stepped.size(), false);
+  for (int step = 0; step < P2pEngine::kSteps; ++step) {
+    for (size_t i = 0; i < stepped.size(); ++i) {
+      if (failed[i]) continue;
+      Communicator* comm = stepped[i]->first;
+      LogRankScope scope(comm->rank());
+      Status s = comm->p2p()->launchStep(static_cast<P2pEngine::Step>(step), stepped[i]->second);
+      failed[i] = s != ncclSuccess;
+      note(s);
+    }
+  }
+  return first;
 }
 
 }  // namespace
@@ -243,12 +277,18 @@ Status groupEnd() {
     Status t = device.status() != ncclSuccess ? device.status() : comm->launchColl(tasks);
     if (first == ncclSuccess) first = t;
   }
+  std::vector<std::pair<Communicator*, std::vector<P2pTask>>> smFree;
   for (auto& [comm, tasks] : p2p) {
     LogRankScope scope(comm->rank());
     rt::DeviceScope device(comm->runtime(), comm->device());
-    Status t = device.status() != ncclSuccess ? device.status() : launchP2p(comm, tasks);
+    std::vector<P2pTask> rest;
+    Status t =
+        device.status() != ncclSuccess ? device.status() : launchKernelP2p(comm, tasks, &rest);
     if (first == ncclSuccess) first = t;
+    if (t == ncclSuccess && !rest.empty()) smFree.emplace_back(comm, std::move(rest));
   }
+  Status t = launchSmFree(smFree);
+  if (first == ncclSuccess) first = t;
   charge();
   if (first != ncclSuccess) return first;
   return anyBackground ? ncclInProgress : ncclSuccess;

@@ -353,15 +353,10 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
 // is second for both directions copies both ways: awaitReceiver). Each
 // connection's messages are still claimed in call order (sends and
 // receives use different connections).
-Status P2pEngine::claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& ops) {
-  std::vector<size_t> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      if (tasks[i].isSend == (pass == 1)) order.push_back(i);
-    }
-  }
-  for (size_t i : order) {
+Status P2pEngine::claimPass(const std::vector<P2pTask>& tasks, std::vector<Op>& ops, bool sends) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
     const P2pTask& t = tasks[i];
+    if (t.isSend != sends) continue;
     Op& op = ops[i];
     op.send = t.isSend;
     op.conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
@@ -393,89 +388,18 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   FERRY_CHECK(device.status());
   // Peers on other hosts have a data path of their own; their connections
   // are disjoint from the others', so the two parts are independent.
-  if (std::any_of(tasks.begin(), tasks.end(), [this](const P2pTask& t) { return isNet(t); })) {
-    std::vector<P2pTask> net, local;
-    for (const P2pTask& t : tasks) (isNet(t) ? net : local).push_back(t);
-    // Both parts go, whatever the other's outcome: a part left out would
-    // leave its peers waiting for their timeout.
-    Status n = launchNet(net);
-    Status l = local.empty() ? ncclSuccess : launchLocal(local);
-    return n != ncclSuccess ? n : l;
+  std::vector<P2pTask> net, local;
+  for (const P2pTask& t : tasks) (isNet(t) ? net : local).push_back(t);
+  // Both parts go, whatever the other's outcome: a part left out would
+  // leave its peers waiting for their timeout.
+  Status n = net.empty() ? ncclSuccess : launchNet(net);
+  Status l = ncclSuccess;
+  if (!local.empty()) {
+    Stepped steps;
+    l = beginLocal(local, steps);
+    for (int i = 1; l == ncclSuccess && i < kSteps; ++i) l = runStep(steps, static_cast<Step>(i));
   }
-  return launchLocal(tasks);
-}
-
-Status P2pEngine::launchLocal(const std::vector<P2pTask>& tasks) {
-  std::vector<SelfPair> pairs;
-  FERRY_CHECK(selfPairs(tasks, &pairs));
-  if (pairs.empty()) return launchOnDevice(tasks, nullptr);
-  std::vector<bool> copied(tasks.size(), false);
-  for (const SelfPair& p : pairs) copied[p.first] = copied[p.second] = true;
-  std::vector<P2pTask> rest;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    if (!copied[i]) rest.push_back(tasks[i]);
-  }
-  // The copies go after the other messages' flags, so the peers' copies
-  // overlap them, and before the streams' waits for those copies.
-  auto copies = [&]() { return copySelfPairs(tasks, pairs); };
-  return rest.empty() ? copies() : launchOnDevice(rest, copies);
-}
-
-Status P2pEngine::launchOnDevice(const std::vector<P2pTask>& tasks,
-                                 const std::function<Status()>& afterPost) {
-  std::vector<void*> handles;
-  Streams streams;
-  std::vector<Op> ops(tasks.size());
-  {
-    ProfScope prof(profile_, ProfSlot::Streams);
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      FERRY_CHECK(streamFor(tasks[i].stream, handles, streams, &ops[i].stream));
-    }
-  }
-  {
-    ProfScope prof(profile_, ProfSlot::Claim);
-    FERRY_CHECK(claimAll(tasks, ops));
-  }
-  std::vector<std::shared_ptr<rt::Event>> starts;
-  Status s = ncclSuccess;
-  {
-    ProfScope prof(profile_, ProfSlot::MarkReady);
-    s = markReady(tasks, ops, streams, &starts);
-  }
-  if (s == ncclSuccess) {
-    ProfScope prof(profile_, ProfSlot::CopySecond);
-    s = copyAsSecond(tasks, ops, starts);
-  }
-  if (s != ncclSuccess) {
-    failClaimed(ops, s);
-    return s;
-  }
-  postWatches(ops);
-  if (afterPost) FERRY_CHECK(afterPost());
-  {
-    ProfScope prof(profile_, ProfSlot::UserWaits);
-    FERRY_CHECK(waitForPeers(tasks, ops, streams));
-  }
-  ProfScope fenceProf(profile_, ProfSlot::Fences);
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const Op& op = ops[i];
-    bool direct = op.block == nullptr && (op.first || op.peer.staged == 0);
-    countTask(tasks[i], direct);
-    // relaxed: statistics (describeCounters).
-    if (!op.first) op.conn->counters.copiedOps.fetch_add(1, std::memory_order_relaxed);
-  }
-  // Fences: drop the passed ones, then add one per stream after its waits.
-  fences_.erase(
-      std::remove_if(fences_.begin(), fences_.end(),
-                     [](const std::shared_ptr<rt::Event>& e) { return e->query() == ncclSuccess; }),
-      fences_.end());
-  for (auto& stream : streams) {
-    std::shared_ptr<rt::Event> fence;
-    FERRY_CHECK(newEvent(&fence));
-    FERRY_CHECK(fence->record(*stream));
-    fences_.push_back(std::move(fence));
-  }
-  return ncclSuccess;
+  return n != ncclSuccess ? n : l;
 }
 
 bool P2pEngine::waitFences(int64_t timeoutMs) {

@@ -67,6 +67,23 @@ class P2pEngine {
 
   // Enqueues one group's tasks of this communicator, in call order.
   [[nodiscard]] Status launch(const std::vector<P2pTask>& tasks);
+
+  // The same launch cut into steps (p2p_steps.cc), for one thread issuing a
+  // group over several communicators of this process (ncclCommInitAll,
+  // nccl-tests -g, JAX): comm/group.cc runs each step for every
+  // communicator before the next, so every receive of the group is claimed
+  // before any send (each rank is then second for its sends and pushes them
+  // from its own buffer, no staging, each GPU copying one way) and every
+  // stream wait of the group is submitted after the work that releases it
+  // (the lazy-loading rule of DESIGN.md). launch() runs the same steps in a
+  // row. Only launches with no peer on another host (steppable()); one
+  // stepped launch at a time per engine; a failed step ends it (its claimed
+  // messages fail on both sides) and later steps return ncclInvalidUsage.
+  enum class Step : int { ClaimReceives, ClaimSends, Copy, Finish };
+  static constexpr int kSteps = 4;
+  bool steppable(const std::vector<P2pTask>& tasks) const;
+  // Step ClaimReceives takes `tasks`; the later steps ignore the argument.
+  [[nodiscard]] Status launchStep(Step step, const std::vector<P2pTask>& tasks);
   // Waits for (or, with abort, drops) every message, then lets the copy
   // streams and user-stream waits drain. Idempotent.
   [[nodiscard]] Status shutdown(bool abort, int64_t timeoutMs);
@@ -123,11 +140,14 @@ class P2pEngine {
   void failNetConnection(ConnectionBase& conn, Status s);
   [[nodiscard]] Status userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value);
   [[nodiscard]] static Status netChunkBytes(const Params& params, uint64_t* chunk);
-  [[nodiscard]] Status launchLocal(const std::vector<P2pTask>& tasks);
-  [[nodiscard]] Status launchOnDevice(const std::vector<P2pTask>& tasks,
-                                      const std::function<Status()>& afterPost);
-  // Phase A: claims every message of the launch (in call order).
-  [[nodiscard]] Status claimAll(const std::vector<P2pTask>& tasks, std::vector<Op>& ops);
+  struct Stepped;  // a launch in progress (p2p_engine_op.h)
+  [[nodiscard]] Status runStep(Stepped& l, Step step);
+  [[nodiscard]] Status beginLocal(const std::vector<P2pTask>& tasks, Stepped& l);
+  [[nodiscard]] Status finishStepped(Stepped& l);
+  // Phase A: claims the launch's receives (sends false) or sends, each
+  // connection's in call order.
+  [[nodiscard]] Status claimPass(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                                 bool sends);
   // The bounded CPU wait of FERRY_P2P_PUSH_WAIT_US before claiming send `i`.
   void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i);
   [[nodiscard]] Status claimOne(const P2pTask& task, bool overlapsReceive, Op& op);
@@ -171,6 +191,7 @@ class P2pEngine {
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
   CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
+  std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "enqueue/p2p_engine.h"
 
@@ -34,6 +35,18 @@ struct P2pEngine::Op {
   CtrlBlock& ctrl() const { return *conn->ctrl.ctrl; }
   // Whether this rank's user stream waits for the message.
   bool userStreamWaits() const { return !detached; }
+};
+
+// One launch of local (same-host) messages while it is built, step by step
+// (P2pEngine::Step; p2p_steps.cc).
+struct P2pEngine::Stepped {
+  std::vector<P2pTask> all;     // the launch's tasks, self pairs included
+  std::vector<SelfPair> pairs;  // self pairs (indices into `all`), copied at Finish
+  std::vector<P2pTask> tasks;   // the rest: messages to peers
+  std::vector<void*> handles;   // their user streams
+  Streams streams;
+  std::vector<Op> ops;  // one per element of `tasks`
+  std::vector<std::shared_ptr<rt::Event>> starts;
 };
 
 }  // namespace ferry

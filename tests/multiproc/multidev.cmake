@@ -26,4 +26,7 @@ ferry_multidev_test(multidev.coll.n2 coll 2)
 ferry_multidev_test(multidev.p2p.kernel.n3 p2p 3 "NCCL_PASS_SM=0")
 ferry_multidev_test(multidev.p2p.smfree.n3 p2p 3 "FERRY_P2P_KERNEL_MAX_BYTES=0")
 ferry_multidev_test(multidev.p2p.staged.n2 p2p 2 "FERRY_P2P_STAGE_SENDS=1")
+# Every send of one thread's group pushes from its own buffer (stepped launch).
+ferry_multidev_test(multidev.p2p.pushes.n3 p2p 3
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_EXPECT_PUSHES=1")
 ferry_multidev_test(multidev.mixed.shm.n3 mixed 3 "NCCL_P2P_DISABLE=1")

@@ -153,8 +153,29 @@ void roundOfAlltoallv(Devices& g, Rng& rng, uint64_t round) {
   setDevice(g.caller);
 }
 
+// FERRY_TEST_EXPECT_PUSHES=1 (with every message SM-free): one thread's
+// group over every communicator claims all receives before any send
+// (P2pEngine::Step), so every send to another device finds its receiver
+// posted and goes straight from its buffer into the receiver's: zero-copy,
+// even where a send that came first would be staged (FERRY_P2P_STAGE_SENDS=1).
+void expectPushes(const Devices& g) {
+  const char* e = getenv("FERRY_TEST_EXPECT_PUSHES");
+  if (e == nullptr || strcmp(e, "1") != 0) return;
+  for (int d = 0; d < g.n; ++d) {
+    for (int p = 0; p < g.n; ++p) {
+      if (p == d) continue;
+      ncclFerryPeerStats_t st{};
+      EXPECT_OK(ncclFerryCommPeerStats(g.comms[d], p, &st));
+      EXPECT_TRUE(st.sendOps > 0 && st.sendZeroCopyOps == st.sendOps,
+                  "rank %d -> %d: %llu of %llu sends went straight into the receiver's buffer", d,
+                  p, st.sendZeroCopyOps, st.sendOps);
+    }
+  }
+}
+
 void caseP2p(Devices& g, Rng& rng) {
   for (uint64_t round = 0; round < 16; ++round) roundOfAlltoallv(g, rng, round);
+  expectPushes(g);
 }
 
 // Collectives and point-to-point of every communicator in one group: an
