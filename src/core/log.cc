@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,13 @@ thread_local int tlsRank = -1;
 
 struct LoggerState {
   std::mutex mu;
+  // What logEnabled reads without the mutex (it runs on every log site of
+  // the enqueue path, and the proxy and liveness threads log too): the
+  // level, -1 until loaded, and the subsystem mask. Written under mu by
+  // loadLocked: the mask first, then the level (release); a reader's acquire
+  // load of the level sees the mask that goes with it.
+  std::atomic<int> level{-1};
+  std::atomic<uint32_t> subsysMask{0};
   bool loaded = false;
   LogConfig config;
   FILE* out = nullptr;  // owned when config.file is set
@@ -92,6 +100,9 @@ void loadLocked(LoggerState& s) {
   char* dot = strchr(s.host, '.');
   if (dot != nullptr) *dot = '\0';
   s.loaded = true;
+  s.subsysMask.store(s.config.subsysMask, std::memory_order_relaxed);
+  // Release: pairs with logEnabled's acquire load (the mask above first).
+  s.level.store(static_cast<int>(s.config.level), std::memory_order_release);
 }
 
 }  // namespace
@@ -166,10 +177,17 @@ void reloadLogConfig() {
 
 bool logEnabled(LogLevel level, uint32_t subsys) {
   LoggerState& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.loaded) loadLocked(s);
-  if (static_cast<int>(level) > static_cast<int>(s.config.level)) return false;
-  if (level >= LogLevel::Info && (s.config.subsysMask & subsys) == 0) return false;
+  // Acquire: pairs with loadLocked's release store (the mask is current).
+  int current = s.level.load(std::memory_order_acquire);
+  if (current < 0) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.loaded) loadLocked(s);
+    current = s.level.load(std::memory_order_acquire);
+  }
+  if (static_cast<int>(level) > current) return false;
+  if (level >= LogLevel::Info && (s.subsysMask.load(std::memory_order_relaxed) & subsys) == 0) {
+    return false;
+  }
   return true;
 }
 
