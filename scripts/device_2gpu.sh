@@ -4,8 +4,10 @@
 # GPU suite, in that order, each started only while the deadline allows, so
 # that the logs come back even when the call runs out. The logs are tarred
 # into $OUT/logs.tgz every 10 s (the device returns at most a few files).
-# Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; the
-#   real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, NT_ARGS, NT_TIMEOUT)
+# Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; STAGES,
+#   default "clients nccltests gpu", any of those and p2pdiag (the FERRY_PROFILE
+#   and push-wait runs of real_clients.sh) in the order given; the
+#   real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)
@@ -29,20 +31,26 @@ ntb=$!
 export CLIENT_MODES=${CLIENT_MODES:-nccl-lazy ferry-lazy}
 export CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,groups,p2pgroups,shrink}
 export CLIENT_TIMEOUT=${CLIENT_TIMEOUT:-120} CLIENT_CASE_TIMEOUT=${CLIENT_CASE_TIMEOUT:-60}
-"$here/real_clients.sh" /tmp/fb torch
-wait $ntb
-echo "clients done, $(left) s left"
-
-if [ "$(left)" -gt 60 ]; then
-  NT_ARGS=${NT_ARGS:--b 8 -e 1G -f 32 -g 2 -c 1 -n 3 -w 1} NT_TIMEOUT=${NT_TIMEOUT:-20} \
-    timeout $(($(left) - 30)) "$here/real_clients.sh" /tmp/fb nccltests
-fi
-echo "nccl-tests done, $(left) s left"
-
-if [ "$(left)" -gt 40 ]; then
-  (cd /tmp/fb && timeout $(($(left) - 15)) ctest -L gpu --timeout 60 --output-on-failure >"$o/ctest-gpu.log" 2>&1)
-  grep -E "tests passed|Failed|\*\*\*|Not Run" "$o/ctest-gpu.log" | head -30
-fi
+for st in ${STAGES:-clients nccltests gpu}; do
+  echo "=== $st, $(left) s left"
+  case $st in
+  clients) "$here/real_clients.sh" /tmp/fb torch ;;
+  p2pdiag) timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb p2pdiag ;;
+  nccltests)
+    wait $ntb
+    if [ "$(left)" -gt 60 ]; then
+      NT_ARGS=${NT_ARGS:--b 8 -e 1G -f 32 -g 2 -c 1 -n 3 -w 1} NT_TIMEOUT=${NT_TIMEOUT:-20} \
+        timeout $(($(left) - 30)) "$here/real_clients.sh" /tmp/fb nccltests
+    fi
+    ;;
+  gpu)
+    if [ "$(left)" -gt 40 ]; then
+      (cd /tmp/fb && timeout $(($(left) - 15)) ctest -L gpu --timeout 60 --output-on-failure >"$o/ctest-gpu.log" 2>&1)
+      grep -E "tests passed|Failed|\*\*\*|Not Run" "$o/ctest-gpu.log" | head -30
+    fi
+    ;;
+  esac
+done
 "$here/real_clients.sh" /tmp/fb summary
 kill $ticker
 snapshot

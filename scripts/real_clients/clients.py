@@ -353,32 +353,45 @@ def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
 def case_batch(rep: Reporter, rank: int, world: int, device, seed: int):
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     ok, fields = True, {}
+
+    def one(n, it, synced):
+        """One batch of n floats: (GPU ms, CPU ms, correct). synced: both
+        ranks start together (a barrier, then an idle GPU), so the GPU time
+        holds no wait for the other rank's CPU."""
+        out = seeded(seed + 100 * rank + it, n, device=device)
+        inp = torch.full((n,), float("nan"), device=device)
+        if synced:
+            dist.barrier()
+            torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        h0 = time.perf_counter()
+        ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.irecv, inp, prv)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        h1 = time.perf_counter()
+        end.record()
+        end.synchronize()
+        good = torch.equal(inp, seeded(seed + 100 * prv + it, n, device=device))
+        if not good:
+            print(f"rank {rank}: batch_isend_irecv {n * 4} B iteration {it} WRONG", flush=True)
+        return start.elapsed_time(end), (h1 - h0) * 1000, good
+
+    def median(xs):
+        xs = sorted(xs)
+        return round(sync_max(xs[len(xs) // 2], device), 4)
+
     for n in [1024, 256 << 10, 4 << 20, 64 << 20]:  # floats: 4 KiB .. 256 MiB
-        times, host = [], []
-        for it in range(8):
-            out = seeded(seed + 100 * rank + it, n, device=device)
-            inp = torch.full((n,), float("nan"), device=device)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            h0 = time.perf_counter()
-            ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.irecv, inp, prv)]
-            for req in dist.batch_isend_irecv(ops):
-                req.wait()
-            h1 = time.perf_counter()
-            end.record()
-            end.synchronize()
-            if it >= 2:
-                times.append(start.elapsed_time(end))
-                host.append((h1 - h0) * 1000)
-            if not torch.equal(inp, seeded(seed + 100 * prv + it, n, device=device)):
-                ok = False
-                print(f"rank {rank}: batch_isend_irecv {n * 4} B iteration {it} WRONG", flush=True)
-        times.sort()
-        host.sort()
-        fields[f"ms_{n * 4}B"] = round(sync_max(times[len(times) // 2], device), 4)
+        runs = [one(n, it, False) for it in range(8)]
+        ok = ok and all(r[2] for r in runs)
+        fields[f"ms_{n * 4}B"] = median([r[0] for r in runs[2:]])
         # The CPU's time to issue the batch and its waits (the timed interval
         # starts on an idle GPU, so it holds this too).
-        fields[f"host_ms_{n * 4}B"] = round(sync_max(host[len(host) // 2], device), 4)
+        fields[f"host_ms_{n * 4}B"] = median([r[1] for r in runs[2:]])
+    for n in [1024, 256 << 10]:
+        runs = [one(n, 8 + it, True) for it in range(6)]
+        ok = ok and all(r[2] for r in runs)
+        fields[f"synced_ms_{n * 4}B"] = median([r[0] for r in runs[2:]])
     rep.emit("batch", ok, **fields)
 
 
