@@ -48,6 +48,7 @@ ferry_net_p2p_test(net.p2p.mixes.2x2 4 2 mixes)
 ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)
+ferry_net_p2p_test(net.p2p.pipeline.2x1 2 1 pipeline)
 ferry_net_p2p_test(net.p2p.timeout.2x1 2 1 timeout FERRY_P2P_TIMEOUT=2)
 # Tiny chunks: many chunks per message (and many groups per copy), so
 # staging blocks and in-flight limits are exercised at every size.

@@ -113,6 +113,8 @@ endforeach()
 ferry_p2p_test(p2p.alltoall.smfree.n3 3 alltoall ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_p2p_test(p2p.stress.smfree.n4 4 stress ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_p2p_test(p2p.unbatched.smfree.n2 2 unbatched ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+# GPipe's pattern: 8 unbatched sends run ahead of receives taken one at a time.
+ferry_p2p_test(p2p.pipeline.n2 2 pipeline)
 # FERRY_PROFILE: every rank prints its communicator's CPU profile at destroy,
 # with the kernel-p2p launches and each SM-free phase counted.
 add_test(NAME p2p.profile.n2

@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/buffers.h"
@@ -528,6 +530,57 @@ void caseSelf(World& w) {
   EXPECT_OK(ncclFerryStreamDestroy(other));
 }
 
+// GPipe's pattern (a pipeline's forward pass): the even rank of each pair
+// sends K activations back to back, each its own call, without waiting; the
+// odd rank receives them one at a time, "computing" (a host pause of
+// FERRY_TEST_PAUSE_MS, default 20) between receives. Every message checked.
+// The printed times say whether the sends moved while the receiver computed
+// (~K x max(transfer, pause)) or only once it asked (~K x (transfer +
+// pause)): across emulated hosts, the network path's eagerness (NOTES Open 0).
+void casePipeline(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const int peer = w.rank ^ 1;
+  const bool sender = w.rank % 2 == 0;
+  const int k = 8;
+  const size_t bytes = (size_t{16} << 20) + 4096 * (w.seed % 7);
+  const char* pauseEnv = getenv("FERRY_TEST_PAUSE_MS");
+  const double pauseS = (pauseEnv != nullptr ? atof(pauseEnv) : 20.0) / 1000.0;
+  std::vector<std::unique_ptr<Message>> msgs;
+  for (int i = 0; i < k; ++i) {
+    const int from = sender ? w.rank : peer, to = sender ? peer : w.rank;
+    msgs.push_back(std::make_unique<Message>(w, 40 + i, from, to, bytes, BufferKind::Plain));
+    if (sender) {
+      msgs.back()->fillAsSender();
+    } else {
+      msgs.back()->poison();
+    }
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  auto start = Clock::now();
+  double pauses = 0;
+  for (int i = 0; i < k; ++i) {
+    Message& m = *msgs[i];
+    if (sender) {
+      EXPECT_OK(ncclSend(m.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+      continue;
+    }
+    EXPECT_OK(ncclRecv(m.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    auto p = Clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(pauseS));
+    pauses += secondsSince(p);
+  }
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  const double total = secondsSince(start);
+  if (!sender) {
+    printf(
+        "pipeline: %d x %zu bytes, %.0f ms pause after each receive: %.3f s, of it %.3f s "
+        "waiting for data\n",
+        k, bytes, pauseS * 1000, total, total - pauses);
+    for (int i = 0; i < k; ++i) msgs[i]->verify("pipeline");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -536,7 +589,7 @@ int main(int argc, char** argv) {
       {"unbatched", caseUnbatched}, {"recvfirst", caseRecvFirst}, {"mixes", caseMixes},
       {"large", caseLarge},         {"abort", caseAbortInFlight}, {"timeout", caseTimeout},
       {"swap", caseSwap},           {"many", caseMany},           {"ktimeout", caseKernelTimeout},
-      {"self", caseSelf},           {"overwrite", caseOverwrite},
+      {"self", caseSelf},           {"overwrite", caseOverwrite}, {"pipeline", casePipeline},
   };
   return runCase(argc, argv, cases);
 }
