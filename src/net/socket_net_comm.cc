@@ -49,10 +49,28 @@ Status Comm::start() {
     workers_.push_back(std::make_unique<Worker>(this, t, std::move(fds), send_));
     FERRY_CHECK(workers_.back()->open());
   }
-  for (auto& w : workers_) FERRY_CHECK(w->launch());
-  FERRY_INFO(kLogNet, "net/socket: %s comm with %s ready: %d threads x %d sockets",
+  // The helper threads start with the first message (dispatch): a
+  // communicator connects to every peer on another host at init, and most
+  // pairs of a large job never exchange a byte (trap 34: threads are not
+  // cheap in a CUDA process).
+  FERRY_INFO(kLogNet,
+             "net/socket: %s comm with %s ready: %d threads x %d sockets (threads start "
+             "with the first message)",
              send_ ? "send" : "recv", peer_.c_str(), layout_.nThreads, layout_.nSocksPerThread);
   return ncclSuccess;
+}
+
+bool Comm::startWorkers() {
+  if (workersStarted_) return true;
+  workersStarted_ = true;
+  for (auto& w : workers_) {
+    if (w->launch() != ncclSuccess) {
+      fail(ncclSystemError, "net/socket: %s comm with %s: cannot start its helper threads",
+           send_ ? "send" : "recv", peer_.c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 void Comm::fail(Status s, const char* fmt, ...) {
@@ -124,6 +142,7 @@ Status Comm::post(void* data, uint64_t bytes, Request** out) {
 // Hands a request's chunks to the helper threads that own their sockets.
 void Comm::dispatch(Request* r) {
   if (failure() != ncclSuccess) return;  // nChunks stays 0: test() reports the failure
+  if (!startWorkers()) return;
   const int nData = static_cast<int>(data_.size());
   uint64_t chunk = 0;
   uint32_t n = 0;

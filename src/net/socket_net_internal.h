@@ -210,6 +210,9 @@ class Comm {
   void progressRecvCtrl();
   void checkPeerAlive();
   void dispatch(Request* r);
+  // Starts the helper threads once (false: they could not start; the comm
+  // failed). Proxy thread only.
+  bool startWorkers();
   void stopWorkers();
   Request& slot(uint64_t seq) { return ring_[seq % kMaxRequests]; }
 
@@ -227,6 +230,7 @@ class Comm {
   uint8_t ctrlBuf_[kCtrlBytes] = {};
   size_t ctrlOff_ = 0;
   int nextSock_ = 0;
+  bool workersStarted_ = false;
   std::vector<std::vector<Task>> batches_;
   // Set once (first failure wins, compare-exchange acq_rel), read by all.
   std::atomic<int> failure_{0};
