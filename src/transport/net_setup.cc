@@ -1,11 +1,17 @@
 #include "transport/net_setup.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 
 #include "net/net_registry.h"
+#include "net/socket_net.h"
 
 namespace ferry {
 namespace {
@@ -67,6 +73,55 @@ void logConnected(const ConnectionBase& c, int me) {
   }
 }
 
+// Descriptors open in this process now (-1: unknown).
+long openDescriptors() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  long n = 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the directory's own descriptor
+}
+
+// The built-in socket engine opens, per peer on another host, a send and a
+// receive connection of 1 control + threads x sockets data streams + an
+// eventfd per thread each, plus a listener until the receive connection is
+// accepted, all at init.
+// A rank with hundreds of such peers passes a default `ulimit -n` (1024),
+// and the failure would otherwise surface as an obscure socket error
+// midway through the connections: raise the soft limit towards the hard
+// one when that covers it, else say what is needed and how to lower it.
+void checkDescriptorBudget(const Params& params, int myRank, long remotePeers) {
+  const net::SocketNetLayout layout = net::resolveSocketNetLayout(params);
+  const long perPeer = 2L * (1 + layout.nThreads * (layout.nSocksPerThread + 1)) + 1;
+  const long open = openDescriptors();
+  rlimit lim{};
+  if (open < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  constexpr long kMargin = 64;  // the bootstrap, liveness, ring hops, the user's own
+  const long need = open + remotePeers * perPeer + kMargin;
+  if (lim.rlim_cur == RLIM_INFINITY || static_cast<long>(lim.rlim_cur) >= need) return;
+  const long hard = lim.rlim_max == RLIM_INFINITY ? need : static_cast<long>(lim.rlim_max);
+  if (hard >= need) {
+    rlimit raised = lim;
+    raised.rlim_cur = static_cast<rlim_t>(need);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      FERRY_INFO(kLogNet | kLogInit,
+                 "rank %d: raised the open-file limit from %llu to %ld for %ld network peers "
+                 "(%ld descriptors each)",
+                 myRank, static_cast<unsigned long long>(lim.rlim_cur), need, remotePeers, perPeer);
+      return;
+    }
+  }
+  FERRY_WARN(
+      "rank %d: %ld peers on other hosts need about %ld more file descriptors (%ld each: "
+      "2 connections x (1 + NCCL_SOCKET_NTHREADS %d x (NCCL_NSOCKS_PERTHREAD %d + 1)) + "
+      "a listener), %ld are open, and the limit is %llu (hard %llu): raise `ulimit -n` or "
+      "lower those two knobs, or the connections will fail",
+      myRank, remotePeers, remotePeers * perPeer, perPeer, layout.nThreads, layout.nSocksPerThread,
+      open, static_cast<unsigned long long>(lim.rlim_cur),
+      static_cast<unsigned long long>(lim.rlim_max));
+}
+
 }  // namespace
 
 int netDevFor(net::NetEngine* engine, const Topology& t, int spread) {
@@ -82,7 +137,12 @@ Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out) {
   const auto remote = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
   if (remote == 0) return ncclSuccess;
   Status s = processNetEngine(*ctx.params, out);
-  if (ok(s)) return ncclSuccess;
+  if (ok(s)) {
+    if (strcmp((*out)->name(), "Socket") == 0) {
+      checkDescriptorBudget(*ctx.params, t.myRank, static_cast<long>(remote));
+    }
+    return ncclSuccess;
+  }
   *out = nullptr;
   // A name or knob that does not exist is the user's to fix: init fails
   // (on every rank that has peers on other hosts, so none waits for it).

@@ -48,6 +48,16 @@ ferry_net_p2p_test(net.p2p.mixes.2x2 4 2 mixes)
 ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)
+# A soft open-file limit below what the socket engine's connections need:
+# init raises it (towards the hard limit) and says so, and the traffic runs.
+add_test(NAME net.p2p.fdlimit.3x2
+  COMMAND bash -c "h=$(ulimit -Hn); if [ $h != unlimited ] && [ $h -lt 400 ]; then echo \"SKIPPED: hard open-file limit $h\"; exit 77; fi; \
+ulimit -Sn 100 && out=$($<TARGET_FILE:ferry-run> -n 6 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> mixes 2>&1); rc=$?; echo \"$out\" | grep -E 'open-file|PASS|FAIL'; \
+[ $rc -eq 0 ] && [ $(echo \"$out\" | grep -c 'raised the open-file limit from 100') -eq 6 ]")
+set_tests_properties(net.p2p.fdlimit.3x2 PROPERTIES LABELS multiproc TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT
+  "FERRY_TEST_RANKS_PER_HOST=2;NCCL_SOCKET_IFNAME=lo;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=INIT")
 ferry_net_p2p_test(net.p2p.pipeline.2x1 2 1 pipeline)
 ferry_net_p2p_test(net.p2p.timeout.2x1 2 1 timeout FERRY_P2P_TIMEOUT=2)
 # Tiny chunks: many chunks per message (and many groups per copy), so
