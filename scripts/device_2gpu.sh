@@ -34,8 +34,8 @@ export CLIENT_TIMEOUT=${CLIENT_TIMEOUT:-120} CLIENT_CASE_TIMEOUT=${CLIENT_CASE_T
 for st in ${STAGES:-clients nccltests gpu}; do
   echo "=== $st, $(left) s left"
   case $st in
-  clients) "$here/real_clients.sh" /tmp/fb torch ;;
-  p2pdiag) timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb p2pdiag ;;
+  clients) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb torch ;;
+  p2pdiag) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb p2pdiag ;;
   nccltests)
     wait $ntb
     if [ "$(left)" -gt 60 ]; then
