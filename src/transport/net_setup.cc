@@ -83,6 +83,8 @@ long openDescriptors() {
   return n - 1;  // the directory's own descriptor
 }
 
+}  // namespace
+
 // The built-in socket engine opens, per peer on another host, a send and a
 // receive connection of 1 control + threads x sockets data streams + an
 // eventfd per thread each, plus a listener until the receive connection is
@@ -91,8 +93,13 @@ long openDescriptors() {
 // and the failure would otherwise surface as an obscure socket error
 // midway through the connections: raise the soft limit towards the hard
 // one when that covers it, else say what is needed and how to lower it.
-void checkDescriptorBudget(const Params& params, int myRank, long remotePeers) {
-  const net::SocketNetLayout layout = net::resolveSocketNetLayout(params);
+
+void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine) {
+  if (engine == nullptr || strcmp(engine->name(), "Socket") != 0) return;
+  const Topology& t = *ctx.topology;
+  const int myRank = t.myRank;
+  const long remotePeers = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
+  const net::SocketNetLayout layout = net::resolveSocketNetLayout(*ctx.params);
   const long perPeer = 2L * (1 + layout.nThreads * (layout.nSocksPerThread + 1)) + 1;
   const long open = openDescriptors();
   rlimit lim{};
@@ -122,8 +129,6 @@ void checkDescriptorBudget(const Params& params, int myRank, long remotePeers) {
       static_cast<unsigned long long>(lim.rlim_max));
 }
 
-}  // namespace
-
 int netDevFor(net::NetEngine* engine, const Topology& t, int spread) {
   int count = 0;
   if (engine->devices(&count) != ncclSuccess || count <= 1) return 0;
@@ -137,12 +142,7 @@ Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out) {
   const auto remote = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
   if (remote == 0) return ncclSuccess;
   Status s = processNetEngine(*ctx.params, out);
-  if (ok(s)) {
-    if (strcmp((*out)->name(), "Socket") == 0) {
-      checkDescriptorBudget(*ctx.params, t.myRank, static_cast<long>(remote));
-    }
-    return ncclSuccess;
-  }
+  if (ok(s)) return ncclSuccess;
   *out = nullptr;
   // A name or knob that does not exist is the user's to fix: init fails
   // (on every rank that has peers on other hosts, so none waits for it).

@@ -31,6 +31,12 @@ using NetHandle = std::array<char, net::kNetHandleBytes>;
 // configuration is wrong (NCCL_NET naming no engine: ncclInvalidArgument).
 [[nodiscard]] Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out);
 
+// The built-in socket engine (`engine`; others and null: nothing) connects
+// every peer on another host at init: checks the open-file limit against
+// what those connections take, raising the soft limit towards the hard one
+// (INFO) or WARNing with the numbers. Once per communicator, by setupP2p.
+void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine);
+
 // Which of the engine's devices (NICs) a connection uses: (spread + this
 // rank's local index) modulo the device count, so that a ring's channels
 // (spread: the channel) and a rank's peers (spread: the peer) go over every

@@ -181,6 +181,7 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   const int me = ctx.topology->myRank;
   net::NetEngine* engine = nullptr;
   FERRY_CHECK(netEngineFor(ctx, &engine));
+  checkNetDescriptorBudget(ctx, engine);
   out->send.resize(n);
   out->recv.resize(n);
   std::vector<ConnInfo> table(static_cast<size_t>(n) * n);

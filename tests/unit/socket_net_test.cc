@@ -3,7 +3,6 @@
 // poisoned buffers, many requests in flight both ways, several thread/socket
 // layouts, receive-size rules, a peer that closes mid-transfer, strangers on
 // the listen port, memory registration. Every wait is bounded.
-#include <dirent.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "bootstrap/socket.h"
+#include "common/proc.h"
 #include "common/random.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -326,33 +326,23 @@ TEST(SocketNetData, Layouts) {
   }
 }
 
-// Threads of this process (/proc/self/task), or -1 where unknown.
-int threadCount() {
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
 // A connection's helper threads start with its first message: a
 // communicator connects to every peer on another host at init, most pairs
 // of a large job never exchange a byte, and each thread costs.
 TEST(SocketNetData, HelperThreadsStartWithTheFirstMessage) {
   auto net = makeNet(loParams(3, 1));
   ASSERT_TRUE(net);
-  const int before = threadCount();
+  const int before = test::countThreads();
   ASSERT_GT(before, 0);
   {
     Link l{net.get(), net.get()};
     ASSERT_TRUE(connectLink(&l));
-    EXPECT_EQ(threadCount(), before) << "threads started at connect";
+    EXPECT_EQ(test::countThreads(), before) << "threads started at connect";
     test::Rng rng(test::testSeed(), 9);
     roundTrip(l, (size_t{1} << 20) + rng.below(4096), size_t{2} << 20, rng);
-    EXPECT_EQ(threadCount(), before + 6) << "3 per direction after the first message";
+    EXPECT_EQ(test::countThreads(), before + 6) << "3 per direction after the first message";
   }
-  EXPECT_TRUE(pollUntil([&] { return threadCount() == before; })) << "joined at close";
+  EXPECT_TRUE(pollUntil([&] { return test::countThreads() == before; })) << "joined at close";
 }
 
 // 64 messages of assorted sizes posted at once on each of two connections
