@@ -5,8 +5,9 @@
 # that the logs come back even when the call runs out. The logs are tarred
 # into $OUT/logs.tgz every 10 s (the device returns at most a few files).
 # Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; STAGES,
-#   default "clients nccltests gpu", any of those and p2pdiag (the FERRY_PROFILE
-#   and push-wait runs of real_clients.sh) in the order given; the
+#   default "clients nccltests gpu", any of those, p2pdiag (the FERRY_PROFILE
+#   and push-wait runs of real_clients.sh), death (real_clients.sh's) and
+#   memory (device_p2p.sh's) in the order given; the
 #   real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,6 +37,8 @@ for st in ${STAGES:-clients nccltests gpu}; do
   case $st in
   clients) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb torch ;;
   p2pdiag) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb p2pdiag ;;
+  death) [ "$(left)" -gt 60 ] && DEATH_TIMEOUT=$(($(left) / 2 - 15)) "$here/real_clients.sh" /tmp/fb death ;;
+  memory) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" memory | tail -40 ;;
   nccltests)
     wait $ntb
     if [ "$(left)" -gt 60 ]; then

@@ -67,10 +67,15 @@ def main():
         tags = [t for t in runs if t.startswith("nccltests-") == suite]
         if tags:
             failed += suite_table(runs, tags)
-    # FSDP2: the same losses under every library in the same loading mode.
+    # FSDP2: the same losses under every library in the same loading mode,
+    # rank 0's against rank 0's (the ranks' RESULT lines come in any order).
     tags = list(runs)
-    fsdp = {t: runs[t]["fsdp2"][0].get("losses") for t in tags
-            if "fsdp2" in runs[t] and runs[t]["fsdp2"][0].get("losses")}
+    fsdp = {}
+    for t in tags:
+        recs = sorted((r for r in runs[t].get("fsdp2", []) if r.get("losses")),
+                      key=lambda r: r["rank"])
+        if recs:
+            fsdp[t] = recs[0]["losses"]
     if len(fsdp) > 1:
         base_tag = next(iter(fsdp))
         for t, l in fsdp.items():

@@ -156,7 +156,22 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   e->ctx_ = ctx;
-  FERRY_CHECK(setupRing(ctx, RingPart::Peers, &e->peers_));
+  // One process driving several ranks (ncclCommInitAll, JAX, nccl-tests
+  // -g) may issue a collective on each of them one after another outside a
+  // group: a setup at first use would wait on the same thread's next call.
+  // Their inits run together, so the ring is made there.
+  const auto& links = ctx.topology->links;
+  const bool sameProcessPeers = std::count(links.begin(), links.end(), PeerLink::SameProcess) > 0;
+  const bool runtimeConnect = ctx.params->getInt(ParamId::RuntimeConnect) != 0;
+  // Kernel p2p connects per peer on first use where both sides' proxies can
+  // answer for them: one host, no rank of this process (those map each
+  // other's memory at init), a communicator that carries p2p at all.
+  if (runtimeConnect && !sameProcessPeers && ctx.topology->nHosts <= 1 && !ctx.collectivesOnly) {
+    FERRY_CHECK(describePeers(ctx, &e->peers_));
+    FERRY_CHECK(PeerConnector::create(ctx, &e->peers_, &e->connector_));
+  } else {
+    FERRY_CHECK(setupRing(ctx, RingPart::Peers, &e->peers_));
+  }
   if (e->peers_.peerNet && !e->peers_.peerNet->hops.empty()) {
     // Kernel p2p's lanes across hosts: persistent hops, like the ring's.
     std::vector<RingHop*> hops;
@@ -178,13 +193,7 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
       e->llMaxBytes_ = 0;
     }
   }
-  // One process driving several ranks (ncclCommInitAll, JAX, nccl-tests
-  // -g) may issue a collective on each of them one after another outside a
-  // group: a setup at first use would wait on the same thread's next call.
-  // Their inits run together, so the ring is made there.
-  const auto& links = ctx.topology->links;
-  const bool sameProcessPeers = std::count(links.begin(), links.end(), PeerLink::SameProcess) > 0;
-  if (ctx.params->getInt(ParamId::RuntimeConnect) == 0 || sameProcessPeers) {
+  if (!runtimeConnect || sameProcessPeers) {
     if (sameProcessPeers) {
       FERRY_INFO(kLogInit | kLogColl, "collectives: rings made at init (ranks in one process)");
     }
@@ -445,6 +454,11 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   P2pPlan plan;
   FERRY_CHECK(planP2p(tasks, peers_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
+  if (connector_) {
+    std::vector<int> peers;
+    for (const P2pPlan::Pair& p : plan.pairs) peers.push_back(p.key / 2);
+    FERRY_CHECK(connector_->ensure(peers));
+  }
   if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;
     fillP2pArgs(plan, &args);

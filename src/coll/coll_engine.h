@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/peer_connect.h"
 #include "coll/ring_setup.h"
 #include "enqueue/p2p_engine.h"
 #include "algo/p2p_kernel.h"
@@ -82,7 +83,8 @@ class CollEngine {
   // device memory, or host shared memory with SHM), and the collective
   // channels' share of it (0 until the first collective, by default).
   uint64_t regionBytes() const {
-    return peers_.regionBytes + ringBytes(&RingResources::regionBytes);
+    return peers_.regionBytes + (connector_ ? connector_->bytesHeld() : 0) +
+           ringBytes(&RingResources::regionBytes);
   }
   uint64_t collectiveFifoBytes() const { return ringBytes(&RingResources::collectiveFifoBytes); }
   bool regionInHostMemory() const { return peers_.shm || rings_[0].shm || rings_[1].shm; }
@@ -170,7 +172,10 @@ class CollEngine {
   // The collective channels, by protocol (algo::kProtoLL, kProtoSimple),
   // each made by connect().
   RingResources rings_[2];
-  RingResources peers_;  // kernel p2p's connections (made at init)
+  RingResources peers_;  // kernel p2p's connections (at init, or the shape only)
+  // Kernel p2p's connections on first use per peer (null: made at init in
+  // peers_'s region). Declared after peers_: destroyed first.
+  std::unique_ptr<PeerConnector> connector_;
   bool ringPossible_ = true;
   bool connectDone_[2] = {false, false};
   Status connectStatus_[2] = {ncclSuccess, ncclSuccess};

@@ -7,19 +7,6 @@
 namespace ferry {
 namespace {
 
-// What each rank publishes about its region.
-struct RegionInfo {
-  uint32_t shm;  // 1: host shared memory (fetch the memfd through the RPC)
-  uint32_t ipcType;
-  uint64_t bytes;
-  uint64_t localPtr;  // valid in the owner's process only (same-process peers)
-  uint64_t ipcSize;
-  uint64_t ipcOffset;
-  uint8_t ipc[64];
-  char proxyName[112];
-};
-static_assert(std::is_trivially_copyable_v<RegionInfo>);
-
 // RPC keys of collective regions: bit 63 set, never a p2p key (those put the
 // sender rank at bit 33 and up).
 // Bits 61-62 tell the parts apart (ranks stay far below 2^30).
@@ -162,8 +149,8 @@ bool useShm(const RingSetupContext& ctx) {
   return false;
 }
 
-// Copies `bytes` from host memory into `dst` (device-accessible) through a
-// pinned staging buffer and waits: setup-time uploads only.
+}  // namespace
+
 Status uploadSync(rt::Runtime* runtime, void* dst, const void* src, size_t bytes) {
   std::unique_ptr<rt::HostMemory> staging;
   FERRY_CHECK(runtime->allocHost(bytes, &staging));
@@ -178,19 +165,21 @@ Status uploadSync(rt::Runtime* runtime, void* dst, const void* src, size_t bytes
   return s->synchronize();
 }
 
-Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroBytes, bool shm,
-                     RingPart part, RingRegion* r, RegionInfo* info) {
+Status makeRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroBytes, bool shm,
+                  uint64_t key, RingRegion* r, RegionInfo* info) {
   memset(info, 0, sizeof(*info));
   info->shm = shm ? 1 : 0;
   info->bytes = bytes;
   snprintf(info->proxyName, sizeof(info->proxyName), "%s", ctx.proxy->rpc().name().c_str());
-  const uint64_t key = regionKey(ctx.topology->myRank, part);
+  // The blob travels with the fd (regions made on first use: the requester
+  // learns the descriptor from the same reply).
   if (shm) {
     FERRY_CHECK(SharedRegion::create(bytes, "ferry-ring", &r->shared));  // zero-filled
     FERRY_CHECK(ctx.runtime->registerHost(r->shared->data(), r->shared->size(), &r->registration));
     r->base = static_cast<char*>(r->registration->devicePtr());
     info->localPtr = reinterpret_cast<uint64_t>(r->base);
-    return ctx.proxy->rpc().addResource(ctx.commKey, key, r->shared->fd(), r->shared->size());
+    return ctx.proxy->rpc().addResource(ctx.commKey, key, r->shared->fd(), r->shared->size(), info,
+                                        sizeof(*info));
   }
   FERRY_CHECK(ctx.runtime->allocDevice(bytes, &r->device));
   r->base = static_cast<char*>(r->device->ptr());
@@ -205,27 +194,16 @@ Status makeOwnRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroB
   info->ipcSize = desc.size;
   info->ipcOffset = desc.offset;
   memcpy(info->ipc, desc.bytes, sizeof(info->ipc));
-  if (fd) FERRY_CHECK(ctx.proxy->rpc().addResource(ctx.commKey, key, fd.get(), desc.size));
-  return ncclSuccess;
+  return ctx.proxy->rpc().addResource(ctx.commKey, key, fd.get(), desc.size, info, sizeof(*info));
 }
 
-Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& info, RingPart part,
-                     RingRegion* r) {
-  const Topology& t = *ctx.topology;
-  bool sameProcess = t.links[owner] == PeerLink::SameProcess || owner == t.myRank;
-  if (sameProcess) {  // CUDA forbids importing one's own legacy handle
-    r->base = reinterpret_cast<char*>(info.localPtr);
-    return ncclSuccess;
-  }
-  UniqueFd fd;
-  uint64_t size = 0;
-  bool needFd =
-      info.shm != 0 || info.ipcType == static_cast<uint32_t>(rt::IpcDescriptor::Type::HostMemfd);
-  if (needFd) {
-    std::unique_ptr<RpcClient> rpc;
-    FERRY_CHECK(RpcClient::connect(info.proxyName, ctx.timeoutMs, ctx.abortFlag, &rpc));
-    FERRY_CHECK(rpc->fetch(RpcKind::Resource, ctx.commKey, regionKey(owner, part), ctx.timeoutMs,
-                           ctx.abortFlag, &fd, &size));
+bool regionNeedsFd(const RegionInfo& info) {
+  return info.shm != 0 || info.ipcType == static_cast<uint32_t>(rt::IpcDescriptor::Type::HostMemfd);
+}
+
+Status mapRegion(const RingSetupContext& ctx, const RegionInfo& info, UniqueFd fd, RingRegion* r) {
+  if (regionNeedsFd(info) && !fd) {
+    FERRY_FAIL(ncclInternalError, "mapping a peer's region: no descriptor");
   }
   if (info.shm != 0) {
     FERRY_CHECK(SharedRegion::attach(std::move(fd), info.bytes, &r->shared));
@@ -242,6 +220,27 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
   FERRY_CHECK(ctx.runtime->importIpc(desc, &r->mapping));
   r->base = static_cast<char*>(r->mapping->ptr());
   return ncclSuccess;
+}
+
+namespace {
+
+Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& info, RingPart part,
+                     RingRegion* r) {
+  const Topology& t = *ctx.topology;
+  bool sameProcess = t.links[owner] == PeerLink::SameProcess || owner == t.myRank;
+  if (sameProcess) {  // CUDA forbids importing one's own legacy handle
+    r->base = reinterpret_cast<char*>(info.localPtr);
+    return ncclSuccess;
+  }
+  UniqueFd fd;
+  uint64_t size = 0;
+  if (regionNeedsFd(info)) {
+    std::unique_ptr<RpcClient> rpc;
+    FERRY_CHECK(RpcClient::connect(info.proxyName, ctx.timeoutMs, ctx.abortFlag, &rpc));
+    FERRY_CHECK(rpc->fetch(RpcKind::Resource, ctx.commKey, regionKey(owner, part), ctx.timeoutMs,
+                           ctx.abortFlag, &fd, &size));
+  }
+  return mapRegion(ctx, info, std::move(fd), r);
 }
 
 // Ring channel `conn` of a rank whose writes go to `next` and whose drains
@@ -272,38 +271,54 @@ algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, ch
   return c;
 }
 
+}  // namespace
+
+algo::RingChannel peerLaneChannel(const RingResources& res, const PeerSide& own,
+                                  const PeerSide& theirs, uint32_t lane) {
+  const uint64_t fifoBytes = static_cast<uint64_t>(res.nslots) * res.slotBytes;
+  const uint64_t llFifoBytes = static_cast<uint64_t>(res.nslots) * res.llSlotBytes;
+  const uint64_t fifoShare = fifoBytes / res.p2pLanes;
+  const uint64_t llShare = p2pLlLaneShare(llFifoBytes, res.p2pLanes);
+  // A side without memory (a peer on another host: the caller puts its
+  // mirror there) yields null pointers.
+  auto line = [lane](char* lines, int which) {
+    return lines != nullptr ? ringFlagLine(lines, lane, which) : nullptr;
+  };
+  auto at = [](char* base, uint64_t off) { return base != nullptr ? base + off : nullptr; };
+  algo::RingChannel c{};
+  c.recvFifo = at(own.fifo, lane * fifoShare);
+  c.sendFifo = at(theirs.fifo, lane * fifoShare);
+  c.recvTail = line(own.lines, 0);
+  c.sendTail = line(theirs.lines, 0);
+  c.sendHead = line(own.lines, 1);
+  c.recvHead = line(theirs.lines, 1);
+  // The lane's LL connection (small messages).
+  c.llRecvFifo = at(own.llFifo, lane * llShare);
+  c.llSendFifo = at(theirs.llFifo, lane * llShare);
+  c.llSendHead = line(own.lines, 2);
+  c.llRecvHead = line(theirs.lines, 2);
+  return c;
+}
+
+namespace {
+
 // Lane `lane` of this rank's kernel-p2p connection with peer q (`theirs`:
 // q's region as mapped here, or null for a peer on another host, whose
-// lanes use `mirror`).
+// lanes use `mirror`). Our slots for q's sends are peer FIFO q of our
+// region; our sends to q land in peer FIFO me of q's region.
 algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t lane, char* own,
                              char* theirs, const PeerMirror* mirror) {
   const RingRegionLayout l = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
                                               res.nslots, res.slotBytes, res.llSlotBytes);
-  auto line = [&](char* base, int peer, int which) {
-    uint64_t conn =
-        static_cast<uint64_t>(res.nchannels) + static_cast<uint64_t>(peer) * res.p2pLanes + lane;
-    return ringFlagLine(base, conn, which);
+  auto side = [&](char* base, int peer) {
+    if (base == nullptr) return PeerSide{};
+    const uint64_t conn = static_cast<uint64_t>(res.nchannels) + peer;
+    const uint64_t firstLane =
+        static_cast<uint64_t>(res.nchannels) + static_cast<uint64_t>(peer) * res.p2pLanes;
+    return PeerSide{reinterpret_cast<char*>(ringFlagLine(base, firstLane, 0)),
+                    base + l.llFifos + conn * l.llFifoBytes, base + l.fifos + conn * l.fifoBytes};
   };
-  auto fifo = [&](char* base, int peer) {
-    return base + l.fifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.fifoBytes +
-           lane * (l.fifoBytes / res.p2pLanes);
-  };
-  algo::RingChannel c{};
-  c.recvFifo = fifo(own, q);
-  c.sendFifo = fifo(theirs, me);
-  c.recvTail = line(own, q, 0);
-  c.sendTail = line(theirs, me, 0);
-  c.sendHead = line(own, q, 1);
-  c.recvHead = line(theirs, me, 1);
-  // The lane's LL connection (small messages).
-  auto llFifo = [&](char* base, int peer) {
-    return base + l.llFifos + (static_cast<uint64_t>(res.nchannels) + peer) * l.llFifoBytes +
-           lane * p2pLlLaneShare(l.llFifoBytes, res.p2pLanes);
-  };
-  c.llRecvFifo = llFifo(own, q);
-  c.llSendFifo = llFifo(theirs, me);
-  c.llSendHead = line(own, q, 2);
-  c.llRecvHead = line(theirs, me, 2);
+  algo::RingChannel c = peerLaneChannel(res, side(own, q), side(theirs, me), lane);
   if (theirs == nullptr && mirror != nullptr) {
     // Across hosts: what the kernel writes for q lands in the mirror, which
     // the proxy's hops carry (no LL there: CollEngine never uses it).
@@ -417,6 +432,22 @@ void logPart(RingPart part, const RingResources& res, int prevRank, int nextRank
 
 }  // namespace
 
+Status describePeers(const RingSetupContext& ctx, RingResources* res) {
+  const Topology& t = *ctx.topology;
+  const int n = static_cast<int>(t.peers.size());
+  res->nranks = n;
+  res->peerConns = n;
+  res->ringOrder = t.ringOrder;
+  res->nchannels = 0;
+  FERRY_CHECK(resolveFifo(ctx, res));
+  FERRY_CHECK(resolveLanes(ctx, n, res));
+  for (int i = 0; i < n; ++i) {
+    if (t.ringOrder[i] == t.myRank) res->pos = i;
+  }
+  res->shm = useShm(ctx);
+  return ncclSuccess;
+}
+
 Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out) {
   const Topology& t = *ctx.topology;
   const int n = static_cast<int>(t.peers.size());
@@ -457,8 +488,8 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   res.collectiveFifoBytes =
       static_cast<uint64_t>(res.nchannels) * (layout.fifoBytes + layout.llFifoBytes);
   std::vector<RegionInfo> infos(n);
-  FERRY_CHECK(
-      makeOwnRegion(ctx, layout.bytes, layout.fifos, res.shm, part, &res.own, &infos[t.myRank]));
+  FERRY_CHECK(makeRegion(ctx, layout.bytes, layout.fifos, res.shm, regionKey(t.myRank, part),
+                         &res.own, &infos[t.myRank]));
   res.regions.resize(n);
   res.regions[t.myRank].base = res.own.base;
   if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(infos.data(), sizeof(RegionInfo)));

@@ -8,8 +8,9 @@
 // (RingRegionLayout). The peers part holds one connection per peer (kernel
 // point-to-point); the LL and Simple parts the ring channels' FIFOs of that
 // protocol (collectives). Apart because they are made at different times:
-// kernel p2p pairs two ranks at a time, so its connections must exist
-// before any message (made at init); the ring channels serve collectives
+// kernel p2p pairs two ranks at a time: its connections are made here at
+// init, or per peer on first use (coll/peer_connect.h: the default where
+// the ranks are separate processes of one host); the ring channels serve collectives
 // only, which every rank reaches in the same order, and a collective's
 // protocol is a function of its size alone, so each protocol's part is made
 // by the first collective that uses it (NCCL_RUNTIME_CONNECT=1, NCCL's
@@ -35,6 +36,7 @@
 #include "algo/coll_ring.h"
 #include "algo/p2p_kernel.h"
 #include "bootstrap/bootstrap.h"
+#include "core/fd.h"
 #include "coll/ring_net.h"
 #include "core/params.h"
 #include "proxy/proxy.h"
@@ -47,6 +49,20 @@ namespace ferry {
 
 // The same context as the p2p connections' setup (transport/setup.h).
 using RingSetupContext = P2pSetupContext;
+
+// What a rank publishes about a region it owns (all-gathered at a part's
+// setup; the blob of its RPC resource for regions made on first use).
+struct RegionInfo {
+  uint32_t shm;  // 1: host shared memory (fetch the memfd through the RPC)
+  uint32_t ipcType;
+  uint64_t bytes;
+  uint64_t localPtr;  // valid in the owner's process only (same-process peers)
+  uint64_t ipcSize;
+  uint64_t ipcOffset;
+  uint8_t ipc[64];
+  char proxyName[112];
+};
+static_assert(std::is_trivially_copyable_v<RegionInfo>);
 
 // One rank's region, local or mapped from a neighbour.
 struct RingRegion {
@@ -139,6 +155,40 @@ RingRegionLayout ringRegionLayout(int nchannels, int nranks, uint32_t lanes, uin
                                   uint64_t slotBytes, uint64_t llSlotBytes);
 
 enum class RingPart { Peers, Ll, Simple };
+
+// One side of a kernel-p2p connection between two ranks: the lane flag
+// lines (three per lane, lane 0 first), the LL FIFO and the FIFO that the
+// other rank writes into (each lane gets an equal slice).
+struct PeerSide {
+  char* lines = nullptr;
+  char* llFifo = nullptr;
+  char* fifo = nullptr;
+};
+// Lane `lane` of a kernel-p2p connection: `own` in this rank's memory,
+// `theirs` the peer's side for this rank as mapped here (null members give
+// null pointers).
+algo::RingChannel peerLaneChannel(const RingResources& res, const PeerSide& own,
+                                  const PeerSide& theirs, uint32_t lane);
+
+// The peers part's shape (FIFO, lanes, SHM or not) from the knobs and the
+// topology, without making anything (connections on first use).
+[[nodiscard]] Status describePeers(const RingSetupContext& ctx, RingResources* res);
+
+// A region owned by this rank: `bytes` of device memory (or host shared
+// memory with `shm`), the first `zeroBytes` zeroed, offered through the
+// proxy's RPC under (commKey, key) with its RegionInfo as the blob.
+[[nodiscard]] Status makeRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroBytes,
+                                bool shm, uint64_t key, RingRegion* r, RegionInfo* info);
+// Whether mapping `info` needs the owner's descriptor (memfd).
+bool regionNeedsFd(const RegionInfo& info);
+// Maps another process's region described by `info` (`fd`: its descriptor
+// when regionNeedsFd).
+[[nodiscard]] Status mapRegion(const RingSetupContext& ctx, const RegionInfo& info, UniqueFd fd,
+                               RingRegion* r);
+// Copies `bytes` from host memory (null: zeros) into `dst` (device-
+// accessible) through a pinned staging buffer on a stream of its own, and
+// waits: setup-time uploads only.
+[[nodiscard]] Status uploadSync(rt::Runtime* runtime, void* dst, const void* src, size_t bytes);
 
 // Builds one part (collective: every rank calls it at the same point).
 // Fails when a neighbour cannot be reached. LL / Simple: the channels with

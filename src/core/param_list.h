@@ -129,7 +129,8 @@
     "An LL collective takes one channel per this many bytes (at least 1, at most all).")          \
   X(RuntimeConnect, "NCCL_RUNTIME_CONNECT", Int, "1",                                             \
     "1: a communicator's collective ring (its FIFOs, most of its memory) is set up by its first " \
-    "collective, so one that only carries point-to-point never holds it; 0: at init.")           \
+    "collective, and kernel p2p's connection to a peer by the first kernel send/recv with it "   \
+    "(the peer's proxy answers for it); 0: everything at init.")                                 \
   X(CollTimeout, "FERRY_COLL_TIMEOUT", Int, "1800",                                                \
     "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).") \
   X(Liveness, "FERRY_LIVENESS", Int, "1",                                                          \

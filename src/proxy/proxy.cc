@@ -254,7 +254,7 @@ void Proxy::forget(const void* owner) {
 void Proxy::failConnection(ConnectionBase* conn, Status s) {
   if (conn->failed.load() == ncclSuccess) {
     conn->failed.store(s);
-    FERRY_WARN("point-to-point connection with peer %d failed: %s", conn->peer, statusString(s));
+    FERRY_WARN("point-to-point connection with rank %d failed: %s", conn->peer, statusString(s));
   }
   reportToPeer(*conn, s);
   std::vector<P2pWatch> failed;

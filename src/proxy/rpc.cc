@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -25,10 +26,11 @@ struct Request {
 struct Reply {
   uint64_t magic;
   uint32_t status;
-  uint32_t reserved;
+  uint32_t blobBytes;
   uint64_t size;
+  uint8_t blob[RpcServer::kMaxBlob];
 };
-static_assert(sizeof(Request) == 32 && sizeof(Reply) == 24);
+static_assert(sizeof(Request) == 32 && sizeof(Reply) == 24 + RpcServer::kMaxBlob);
 
 std::string uniqueName() {
   std::random_device rd;
@@ -40,8 +42,8 @@ std::string uniqueName() {
 }
 
 Status decodeReply(const Reply& reply, size_t got, int numFds, UniqueFd* fds, UniqueFd* fd,
-                   uint64_t* size) {
-  if (got != sizeof(Reply) || reply.magic != kRpcMagic) {
+                   uint64_t* size, std::vector<uint8_t>* blob) {
+  if (got != sizeof(Reply) || reply.magic != kRpcMagic || reply.blobBytes > RpcServer::kMaxBlob) {
     FERRY_FAIL(ncclRemoteError, "proxy RPC: malformed reply (%zu bytes)", got);
   }
   if (reply.status != ncclSuccess) {
@@ -49,8 +51,12 @@ Status decodeReply(const Reply& reply, size_t got, int numFds, UniqueFd* fds, Un
                statusString(static_cast<Status>(reply.status)));
     return static_cast<Status>(reply.status);
   }
-  if (numFds != 1) FERRY_FAIL(ncclRemoteError, "proxy RPC: reply without a descriptor");
-  *fd = std::move(fds[0]);
+  if (blob != nullptr) blob->assign(reply.blob, reply.blob + reply.blobBytes);
+  const bool blobOnly = blob != nullptr && reply.blobBytes > 0;
+  if (numFds != 1 && !blobOnly) {
+    FERRY_FAIL(ncclRemoteError, "proxy RPC: reply without a descriptor");
+  }
+  if (numFds == 1) *fd = std::move(fds[0]);
   *size = reply.size;
   return ncclSuccess;
 }
@@ -67,12 +73,64 @@ Status RpcServer::create(rt::Runtime* hostRuntime, std::unique_ptr<RpcServer>* o
   return ncclSuccess;
 }
 
-Status RpcServer::addResource(uint64_t a, uint64_t b, int fd, uint64_t size) {
-  UniqueFd copy(dup(fd));
-  if (!copy) FERRY_FAIL(ncclSystemError, "dup of a shared resource fd failed: %s", strerror(errno));
+Status RpcServer::addResource(uint64_t a, uint64_t b, int fd, uint64_t size, const void* blob,
+                              size_t blobBytes) {
+  if (blobBytes > kMaxBlob || (fd < 0 && blobBytes == 0)) {
+    FERRY_FAIL(ncclInternalError, "proxy RPC: a resource needs an fd or a blob of <= %zu bytes",
+               kMaxBlob);
+  }
+  Resource r;
+  if (fd >= 0) {
+    r.fd = UniqueFd(dup(fd));
+    if (!r.fd) {
+      FERRY_FAIL(ncclSystemError, "dup of a shared resource fd failed: %s", strerror(errno));
+    }
+  }
+  r.size = size;
+  if (blobBytes > 0) {
+    const auto* bytes = static_cast<const uint8_t*>(blob);
+    r.blob.assign(bytes, bytes + blobBytes);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  resources_[{a, b}] = {std::move(copy), size};
+  resources_[{a, b}] = std::move(r);
   return ncclSuccess;
+}
+
+uint64_t RpcServer::addProvider(uint64_t a, Provider provider) {
+  std::lock_guard<std::mutex> lock(providerMu_);
+  const uint64_t id = nextProvider_++;
+  providers_.push_back(ProviderEntry{id, a, std::move(provider)});
+  return id;
+}
+
+void RpcServer::removeProvider(uint64_t id) {
+  std::lock_guard<std::mutex> lock(providerMu_);
+  providers_.erase(std::remove_if(providers_.begin(), providers_.end(),
+                                  [id](const ProviderEntry& p) { return p.id == id; }),
+                   providers_.end());
+}
+
+bool RpcServer::lookup(uint64_t a, uint64_t b, UniqueFd* fd, uint64_t* size,
+                       std::vector<uint8_t>* blob) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = resources_.find({a, b});
+      if (it != resources_.end()) {
+        if (it->second.fd) *fd = UniqueFd(dup(it->second.fd.get()));
+        *size = it->second.size;
+        *blob = it->second.blob;
+        return !it->second.fd || *fd;
+      }
+    }
+    if (attempt == 1) break;
+    // Not there: the providers of `a` may make it (outside mu_: they add it).
+    std::lock_guard<std::mutex> lock(providerMu_);
+    for (ProviderEntry& p : providers_) {
+      if (p.a == a) p.fn(b);
+    }
+  }
+  return false;
 }
 
 void RpcServer::removeResource(uint64_t a, uint64_t b) {
@@ -122,17 +180,20 @@ void RpcServer::answer(size_t index) {
     client.reset();
     return;
   }
-  Reply reply{kRpcMagic, ncclSuccess, 0, 0};
+  Reply reply{};
+  reply.magic = kRpcMagic;
+  reply.status = ncclSuccess;
   UniqueFd held;
   int fd = -1;
+  bool blobOnly = false;
   if (req.kind == static_cast<uint32_t>(RpcKind::Resource)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = resources_.find({req.a, req.b});
-    if (it == resources_.end()) {
+    std::vector<uint8_t> blob;
+    if (!lookup(req.a, req.b, &held, &reply.size, &blob)) {
       reply.status = ncclInvalidArgument;
     } else {
-      held = UniqueFd(dup(it->second.first.get()));
-      reply.size = it->second.second;
+      reply.blobBytes = static_cast<uint32_t>(blob.size());
+      if (!blob.empty()) memcpy(reply.blob, blob.data(), blob.size());
+      blobOnly = !held && !blob.empty();
     }
   } else if (req.kind == static_cast<uint32_t>(RpcKind::Allocation) && hostRuntime_ != nullptr) {
     Status s = hostRuntime_->exportAllocationFd(req.a, &held);
@@ -141,9 +202,9 @@ void RpcServer::answer(size_t index) {
     reply.status = ncclInvalidArgument;
   }
   fd = held.get();
-  if (reply.status == ncclSuccess && fd < 0) reply.status = ncclSystemError;
+  if (reply.status == ncclSuccess && fd < 0 && !blobOnly) reply.status = ncclSystemError;
   Status s = unixSendMsg(client.get(), &reply, sizeof(reply), &fd,
-                         reply.status == ncclSuccess ? 1 : 0, 1000);
+                         reply.status == ncclSuccess && fd >= 0 ? 1 : 0, 1000);
   if (s != ncclSuccess) client.reset();
 }
 
@@ -156,7 +217,8 @@ Status RpcClient::connect(const std::string& serverName, int64_t timeoutMs,
 }
 
 Status RpcClient::fetch(RpcKind kind, uint64_t a, uint64_t b, int64_t timeoutMs,
-                        const std::atomic<bool>* abortFlag, UniqueFd* fd, uint64_t* size) {
+                        const std::atomic<bool>* abortFlag, UniqueFd* fd, uint64_t* size,
+                        std::vector<uint8_t>* blob) {
   FERRY_CHECK(startFetch(kind, a, b));
   Reply reply{};
   size_t got = 0;
@@ -165,7 +227,7 @@ Status RpcClient::fetch(RpcKind kind, uint64_t a, uint64_t b, int64_t timeoutMs,
   pending_ = false;
   FERRY_CHECK(
       unixRecvMsg(sock_.get(), &reply, sizeof(reply), &got, fds, 1, &numFds, timeoutMs, abortFlag));
-  return decodeReply(reply, got, numFds, fds, fd, size);
+  return decodeReply(reply, got, numFds, fds, fd, size, blob);
 }
 
 Status RpcClient::startFetch(RpcKind kind, uint64_t a, uint64_t b) {
@@ -186,7 +248,7 @@ Status RpcClient::pollFetch(UniqueFd* fd, uint64_t* size) {
   UniqueFd fds[1];
   pending_ = false;
   FERRY_CHECK(unixRecvMsg(sock_.get(), &reply, sizeof(reply), &got, fds, 1, &numFds, 0));
-  return decodeReply(reply, got, numFds, fds, fd, size);
+  return decodeReply(reply, got, numFds, fds, fd, size, nullptr);
 }
 
 bool RpcClient::peerClosed() {

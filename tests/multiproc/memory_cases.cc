@@ -2,11 +2,12 @@
 // ferry-run):
 //   many [N]: N communicators split from the world (64 by default, PyTorch
 //     makes dozens), every other one used only for point-to-point. With
-//     NCCL_RUNTIME_CONNECT=1 (the default) those hold no collective FIFOs,
-//     and the others only those of the protocols their collectives used
-//     (small ones LL, large ones Simple); with =0 every one holds both from
-//     init. Every message and reduction is checked
-//     element-wise against values computed here; outputs are poisoned first.
+//     NCCL_RUNTIME_CONNECT=1 (the default) a new one holds nothing, those
+//     hold only the kernel-p2p connections to the peers they used (one
+//     equal chunk per peer: a message to itself adds one), and the others
+//     also the FIFOs of the protocols their collectives used (small ones
+//     LL, large ones Simple); with =0 every one holds everything from init. Every message and
+//     reduction is checked element-wise against values computed here; outputs are poisoned first.
 //   window: ncclCommWindowRegister / Deregister: windows of ncclMemAlloc
 //     memory are mapped by every peer at registration, and SM-free messages
 //     between them are zero-copy; registration inside a group; a rank with
@@ -45,16 +46,14 @@ float valueOf(uint64_t seed, int who, size_t i) {
   return static_cast<float>((h + i * 131) % 2000) - 1000.0f;
 }
 
-// Each rank sends `n` fresh floats from `send` to the next rank and
-// receives the previous rank's into `recv` (poisoned first); checks every
-// element.
-void ringExchange(ncclComm_t comm, int me, int nranks, TestBuffer& send, TestBuffer& recv, size_t n,
-                  uint64_t seed, const char* what) {
+// Each rank sends `n` fresh floats from `send` to rank `next` and receives
+// rank `prev`'s into `recv` (poisoned first); checks every element.
+void exchange(ncclComm_t comm, int me, int next, int prev, TestBuffer& send, TestBuffer& recv,
+              size_t n, uint64_t seed, const char* what) {
   std::vector<float> out(n), in(n, -1e30f);
   for (size_t i = 0; i < n; ++i) out[i] = valueOf(seed, me, i);
   send.upload(out.data(), n * sizeof(float));
   recv.upload(in.data(), n * sizeof(float));  // poison
-  const int next = (me + 1) % nranks, prev = (me + nranks - 1) % nranks;
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclSend(send.data(), n, ncclFloat, next, comm, nullptr));
   EXPECT_OK(ncclRecv(recv.data(), n, ncclFloat, prev, comm, nullptr));
@@ -71,10 +70,10 @@ void ringExchange(ncclComm_t comm, int me, int nranks, TestBuffer& send, TestBuf
   }
 }
 
-// ringExchange between fresh buffers.
+// exchange with the ring neighbours between fresh buffers.
 void checkRing(ncclComm_t comm, int me, int nranks, size_t n, uint64_t seed, const char* what) {
   TestBuffer send(n * sizeof(float), BufferKind::Plain), recv(n * sizeof(float), BufferKind::Plain);
-  ringExchange(comm, me, nranks, send, recv, n, seed, what);
+  exchange(comm, me, (me + 1) % nranks, (me + nranks - 1) % nranks, send, recv, n, seed, what);
 }
 
 void checkAllReduce(ncclComm_t comm, int nranks, size_t n, uint64_t seed, const char* what) {
@@ -136,6 +135,10 @@ void caseMany(const Ctx& ctx) {
     checkRing(comms[i], me, n, 777 + static_cast<size_t>(i) * 13, round + 1, what);
   }
   unsigned long long total = 0, p2pOnly = 0, llOnly = 0, both = 0;
+  // Lazily, a communicator holds nothing at init (collective rings and
+  // kernel-p2p connections come with their first use).
+  EXPECT_TRUE(eager || first.bytes == 0, "a new communicator holds %llu bytes", first.bytes);
+  const unsigned long long p2pFirst = heldBy(comms[0]).bytes;
   for (int i = 0; i < count; ++i) {
     const Held h = heldBy(comms[i]);
     total += h.bytes;
@@ -145,24 +148,39 @@ void caseMany(const Ctx& ctx) {
                   first.bytes);
       p2pOnly = llOnly = both = h.bytes;
     } else if (i % 2 == 0) {
-      EXPECT_TRUE(h.fifo == 0 && h.bytes == first.bytes,
-                  "p2p-only comm %d holds %llu bytes (%llu of collective FIFOs; %llu at init)", i,
-                  h.bytes, h.fifo, first.bytes);
+      // The kernel-p2p connections to the ring neighbours, the same in
+      // every such communicator.
+      EXPECT_TRUE(h.fifo == 0 && h.bytes == p2pFirst,
+                  "p2p-only comm %d holds %llu bytes (%llu of collective FIFOs; comm 0 %llu)", i,
+                  h.bytes, h.fifo, p2pFirst);
       p2pOnly = h.bytes;
     } else {
-      // Init's holdings plus the ring(s) of the protocol(s) used.
-      EXPECT_TRUE(h.fifo > 0 && h.bytes >= first.bytes + h.fifo,
-                  "comm %d ran collectives and holds %llu bytes (%llu of FIFOs; %llu at init)", i,
-                  h.bytes, h.fifo, first.bytes);
+      // The connections plus the ring(s) of the protocol(s) used.
+      EXPECT_TRUE(h.fifo > 0 && h.bytes >= p2pFirst + h.fifo,
+                  "comm %d ran collectives and holds %llu bytes (%llu of FIFOs; p2p-only %llu)", i,
+                  h.bytes, h.fifo, p2pFirst);
       (i % 4 == 1 ? llOnly : both) = h.bytes;
     }
   }
-  // Across hosts there is no kernel p2p (init holds nothing) and no LL
-  // (small collectives use Simple too).
-  const bool oneHost = first.bytes > 0;
+  // Across hosts there is no kernel p2p by default (nothing held for it)
+  // and no LL (small collectives use Simple too).
+  const bool oneHost = eager ? first.bytes > 0 : p2pOnly > 0;
   EXPECT_TRUE(
       eager || count < 4 || (p2pOnly < llOnly && (oneHost ? llOnly < both : llOnly == both)),
       "held: p2p-only %llu, LL collectives %llu, both protocols %llu bytes", p2pOnly, llOnly, both);
+  if (!eager && oneHost) {
+    // Per peer: comm 0 connected to its ring neighbours (1 peer for 2
+    // ranks, 2 for more); a message to itself adds one connection of the
+    // same size.
+    const unsigned long long peers = n == 2 ? 1 : 2;
+    const unsigned long long chunk = p2pFirst / peers;
+    TestBuffer send(4096, BufferKind::Plain), recv(4096, BufferKind::Plain);
+    exchange(comms[0], me, me, me, send, recv, 1000, seed + 17, "self");
+    const unsigned long long after = heldBy(comms[0]).bytes;
+    EXPECT_TRUE(p2pFirst % peers == 0 && after == p2pFirst + chunk,
+                "comm 0 held %llu bytes for %llu peers, %llu after a message to itself", p2pFirst,
+                peers, after);
+  }
   if (me == 0) {
     printf(
         "many: %d communicators of %d ranks (%s): set up in %.3f s; this rank holds %.1f MiB "
@@ -218,8 +236,8 @@ void caseWindow(const Ctx& ctx) {
   const int rounds = 3;
   for (int r = 0; r < rounds; ++r) {
     // SM-free: above FERRY_P2P_KERNEL_MAX_BYTES' 2 MiB default.
-    ringExchange(world, me, n, sendMem, recvMem, count, seed + 17 * static_cast<uint64_t>(r),
-                 "window message");
+    exchange(world, me, next, (me + n - 1) % n, sendMem, recvMem, count,
+             seed + 17 * static_cast<uint64_t>(r), "window message");
   }
   EXPECT_OK(ncclFerryCommPeerStats(world, next, &after));
   EXPECT_TRUE(after.sendZeroCopyOps - before.sendZeroCopyOps == rounds,

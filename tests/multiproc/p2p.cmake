@@ -58,6 +58,13 @@ ferry_p2p_test(p2p.many.lloddfifo.n2 2 many)
 set_tests_properties(p2p.many.lloddfifo.n2 PROPERTIES ENVIRONMENT
   "FERRY_COLL_LL_SLOT_BYTES=1056;FERRY_COLL_SLOTS=2;FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_LL_LANE_BYTES=1K")
 ferry_p2p_test(p2p.many.simple.n2 2 many ENVIRONMENT NCCL_PROTO=Simple)
+# Kernel p2p's connections on first use per peer: made by the peer's proxy
+# while the peer's thread is blocked elsewhere (NCCL_RUNTIME_CONNECT=1, the
+# default), FIFO and LL; with =0 everything is made at init.
+ferry_p2p_test(p2p.firstuse.n4 4 firstuse)
+ferry_p2p_test(p2p.firstuse.simple.n2 2 firstuse ENVIRONMENT NCCL_PROTO=Simple)
+ferry_p2p_test(p2p.firstuse.shm.n2 2 firstuse ENVIRONMENT NCCL_P2P_DISABLE=1)
+ferry_p2p_test(p2p.firstuse.init.n2 2 firstuse ENVIRONMENT NCCL_RUNTIME_CONNECT=0)
 ferry_p2p_test(p2p.many.ncclll.n2 2 many ENVIRONMENT NCCL_P2P_LL_THRESHOLD=2K)
 # Two big slots per lane instead of many small ones.
 ferry_p2p_test(p2p.stress.laneslots.n2 2 stress)

@@ -581,6 +581,35 @@ void casePipeline(World& w) {
   }
 }
 
+// Kernel p2p connects on first use per peer, without the peer's thread:
+// the sender's message (small enough for the FIFO) completes while the
+// receiver is still waiting in a bootstrap barrier that the sender reaches
+// only after its stream is done. If making the connection needed the
+// receiver's thread, both would wait for each other until the test's
+// timeout. Then the other way round, and every byte is checked.
+void caseFirstUse(World& w) {
+  if (w.nranks % 2 != 0) return;
+  const int peer = w.rank ^ 1;
+  const size_t bytes = 1000 + w.seed % 24;
+  for (int dir = 0; dir < 2; ++dir) {
+    const bool sender = (w.rank % 2) == dir;
+    const int from = sender ? w.rank : peer, to = sender ? peer : w.rank;
+    Message m(w, 60 + dir, from, to, bytes, BufferKind::Plain);
+    if (sender) {
+      m.fillAsSender();
+      EXPECT_OK(ncclSend(m.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+      EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+      EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    } else {
+      m.poison();
+      EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+      EXPECT_OK(ncclRecv(m.buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+      EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+      m.verify("first use");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -590,6 +619,7 @@ int main(int argc, char** argv) {
       {"large", caseLarge},         {"abort", caseAbortInFlight}, {"timeout", caseTimeout},
       {"swap", caseSwap},           {"many", caseMany},           {"ktimeout", caseKernelTimeout},
       {"self", caseSelf},           {"overwrite", caseOverwrite}, {"pipeline", casePipeline},
+      {"firstuse", caseFirstUse},
   };
   return runCase(argc, argv, cases);
 }

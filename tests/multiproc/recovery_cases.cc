@@ -152,6 +152,15 @@ void caseShrink(const Ctx& ctx) {
   cudaStream_t s = nullptr;
   EXPECT_OK(ncclFerryStreamCreate(&s));
   std::vector<char> pending(1 << 20, 5);
+  // First a checked message from rank 1 to rank 0: kernel p2p connects on
+  // first use, which needs the receiver's communicator alive, and rank 0
+  // may have destroyed it by the time rank 1 sends the pending one.
+  std::vector<char> hello(4096), heard(4096, 0);
+  for (size_t i = 0; i < hello.size(); ++i) hello[i] = static_cast<char>((seed >> (i % 56)) + i);
+  if (me == 1) EXPECT_OK(ncclSend(hello.data(), hello.size(), ncclChar, 0, world, s));
+  if (me == 0) EXPECT_OK(ncclRecv(heard.data(), heard.size(), ncclChar, 1, world, s));
+  EXPECT_OK(ncclFerryStreamSynchronize(s));
+  EXPECT_TRUE(me != 0 || heard == hello, "rank 0 got a different message from rank 1");
   if (me == 1) EXPECT_OK(ncclSend(pending.data(), pending.size(), ncclChar, 0, world, s));
   c = nullptr;
   EXPECT_OK(ncclCommShrink(world, dropFirstLast, 2, &c, nullptr, NCCL_SHRINK_ABORT));

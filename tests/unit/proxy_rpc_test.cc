@@ -75,6 +75,54 @@ TEST(ProxyRpc, HandsOutTheRegisteredRegion) {
   EXPECT_NE(client->fetch(RpcKind::Allocation, 1, 0, 2000, nullptr, &none, &size), ncclSuccess);
 }
 
+// Resources made on request (kernel p2p's connections on first use): a
+// provider runs on the serving thread when a key is missing, may add it,
+// and the same request gets it; a blob travels without an fd; a provider
+// that ignores a key leaves the request refused; a removed one is not asked.
+TEST(ProxyRpc, ProvidersMakeMissingResourcesWithBlobs) {
+  Served s;
+  test::Rng rng(test::testSeed(), 303);
+  std::vector<uint8_t> blob(1 + rng.below(RpcServer::kMaxBlob));
+  for (auto& b : blob) b = static_cast<uint8_t>(rng.next());
+  std::atomic<int> calls{0};
+  const uint64_t id = s.server().addProvider(42, [&](uint64_t b) {
+    calls.fetch_add(1);
+    if (b == 5)
+      EXPECT_EQ(s.server().addResource(42, 5, -1, 77, blob.data(), blob.size()), ncclSuccess);
+  });
+  std::unique_ptr<RpcClient> client;
+  ASSERT_EQ(RpcClient::connect(s.server().name(), 2000, nullptr, &client), ncclSuccess);
+  UniqueFd fd;
+  uint64_t size = 0;
+  std::vector<uint8_t> got;
+  ASSERT_EQ(client->fetch(RpcKind::Resource, 42, 5, 2000, nullptr, &fd, &size, &got), ncclSuccess);
+  EXPECT_FALSE(fd);
+  EXPECT_EQ(size, 77u);
+  EXPECT_EQ(got, blob);
+  EXPECT_EQ(calls.load(), 1);
+  // Made once: the second request finds it without asking.
+  ASSERT_EQ(client->fetch(RpcKind::Resource, 42, 5, 2000, nullptr, &fd, &size, &got), ncclSuccess);
+  EXPECT_EQ(calls.load(), 1);
+  // A blob-only reply is an error for a caller that wants a descriptor.
+  EXPECT_NE(client->fetch(RpcKind::Resource, 42, 5, 2000, nullptr, &fd, &size), ncclSuccess);
+  // Keys the provider does not make, and other keyA's providers, are refused.
+  EXPECT_EQ(client->fetch(RpcKind::Resource, 42, 6, 2000, nullptr, &fd, &size, &got),
+            ncclInvalidArgument);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(client->fetch(RpcKind::Resource, 43, 5, 2000, nullptr, &fd, &size, &got),
+            ncclInvalidArgument);
+  EXPECT_EQ(calls.load(), 2);
+  s.server().removeProvider(id);
+  s.server().removeResource(42, 5);
+  EXPECT_EQ(client->fetch(RpcKind::Resource, 42, 5, 2000, nullptr, &fd, &size, &got),
+            ncclInvalidArgument);
+  EXPECT_EQ(calls.load(), 2);
+  // A resource needs an fd or a blob, and a blob fits the reply.
+  EXPECT_NE(s.server().addResource(1, 1, -1, 0), ncclSuccess);
+  std::vector<uint8_t> big(RpcServer::kMaxBlob + 1);
+  EXPECT_NE(s.server().addResource(1, 1, -1, 0, big.data(), big.size()), ncclSuccess);
+}
+
 TEST(ProxyRpc, HostileClientsAreDroppedAndOthersServed) {
   Served s;
   std::unique_ptr<SharedRegion> region;

@@ -1,0 +1,165 @@
+#include "coll/peer_connect.h"
+
+#include <cstring>
+
+#include "core/log.h"
+#include "runtime/device_scope.h"
+
+namespace ferry {
+
+PeerConnector::~PeerConnector() {
+  if (providerId_ != 0) ctx_.proxy->rpc().removeProvider(providerId_);
+  for (int p = 0; p < static_cast<int>(own_.size()); ++p) {
+    if (own_[p]) ctx_.proxy->rpc().removeResource(ctx_.commKey, chunkKey(me_, p));
+  }
+}
+
+// Bit 63 and part 3 (regionKey in ring_setup.cc uses parts 0-2), the owner
+// at bit 30, the peer below (ranks stay far below 2^30).
+uint64_t PeerConnector::chunkKey(int owner, int peer) const {
+  return (1ULL << 63) | (3ULL << 61) | (static_cast<uint64_t>(owner) << 30) |
+         static_cast<uint64_t>(peer);
+}
+
+Status PeerConnector::create(const RingSetupContext& ctx, RingResources* res,
+                             std::unique_ptr<PeerConnector>* out) {
+  std::unique_ptr<PeerConnector> c(new PeerConnector());
+  c->ctx_ = ctx;
+  c->res_ = res;
+  c->me_ = ctx.topology->myRank;
+  const int n = res->nranks;
+  // A chunk: the lanes' flag lines, the LL FIFO, the FIFO (the same sizes
+  // as one peer's share of the init-time region).
+  const uint64_t lines = static_cast<uint64_t>(res->p2pLanes) * 3 * kRingFlagLine;
+  c->llOffset_ = algo::roundUp(lines, 4096);
+  c->fifoOffset_ =
+      algo::roundUp(c->llOffset_ + static_cast<uint64_t>(res->nslots) * res->llSlotBytes, 4096);
+  c->zeroBytes_ = c->fifoOffset_;
+  c->chunkBytes_ = c->fifoOffset_ + static_cast<uint64_t>(res->nslots) * res->slotBytes;
+  c->own_.resize(n);
+  c->theirs_.resize(n);
+  c->connected_.assign(n, 0);
+  // Every rank's proxy name: where to ask for its chunks.
+  std::vector<RegionInfo> names(n);
+  snprintf(names[c->me_].proxyName, sizeof(names[c->me_].proxyName), "%s",
+           ctx.proxy->rpc().name().c_str());
+  if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(names.data(), sizeof(RegionInfo)));
+  for (const RegionInfo& i : names) c->proxyNames_.emplace_back(i.proxyName);
+  // The kernel's peer table, zeroed: rows are written as peers connect.
+  const size_t table = sizeof(algo::RingChannel) * static_cast<size_t>(n) * res->p2pLanes;
+  FERRY_CHECK(ctx.runtime->allocDevice(table, &res->peerChannels));
+  FERRY_CHECK(uploadSync(ctx.runtime, res->peerChannels->ptr(), nullptr, table));
+  res->allPeersReachable = true;
+  res->regionBytes = 0;
+  PeerConnector* raw = c.get();
+  c->providerId_ =
+      ctx.proxy->rpc().addProvider(ctx.commKey, [raw](uint64_t b) { raw->provide(b); });
+  FERRY_INFO(kLogInit | kLogP2p,
+             "kernel p2p: connections on first use per peer, %u lanes via %s (%u slots of %llu "
+             "bytes, LL %u of %llu), %.2f MiB per peer (NCCL_RUNTIME_CONNECT=0: all at init)",
+             res->p2pLanes, res->shm ? "SHM" : "P2P/IPC", res->p2pLaneSlots,
+             static_cast<unsigned long long>(res->p2pLaneSlotBytes), res->p2pLlSlots,
+             static_cast<unsigned long long>(res->p2pLlSlotBytes), c->chunkBytes_ / 1048576.0);
+  *out = std::move(c);
+  return ncclSuccess;
+}
+
+Status PeerConnector::ownChunk(int peer, Chunk** out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!own_[peer]) {
+    auto chunk = std::make_unique<Chunk>();
+    FERRY_CHECK(makeRegion(ctx_, chunkBytes_, zeroBytes_, res_->shm, chunkKey(me_, peer),
+                           &chunk->region, &chunk->info));
+    own_[peer] = std::move(chunk);
+    held_.fetch_add(chunkBytes_, std::memory_order_relaxed);
+  }
+  *out = own_[peer].get();
+  return ncclSuccess;
+}
+
+void PeerConnector::provide(uint64_t b) {
+  const uint64_t mask = (1ULL << 30) - 1;
+  if ((b >> 61) != 7 || ((b >> 30) & mask) != static_cast<uint64_t>(me_)) return;
+  const uint64_t peer = b & mask;
+  if (peer >= own_.size()) return;  // a stranger's key: the request is refused
+  // The proxy thread serves every device of the process.
+  rt::DeviceScope scope(ctx_.runtime, ctx_.device);
+  rt::RelaxedCaptureScope relaxed(ctx_.runtime);
+  Chunk* chunk = nullptr;
+  Status s = scope.status();
+  if (s == ncclSuccess) s = ownChunk(static_cast<int>(peer), &chunk);
+  if (s != ncclSuccess) {
+    FERRY_WARN("kernel p2p: could not make rank %d's connection for rank %llu: %s", me_,
+               static_cast<unsigned long long>(peer), statusString(s));
+  }
+}
+
+PeerSide PeerConnector::sideOf(char* base) const {
+  return PeerSide{base, base + llOffset_, base + fifoOffset_};
+}
+
+Status PeerConnector::connect(int peer) {
+  Chunk* mine = nullptr;
+  FERRY_CHECK(ownChunk(peer, &mine));
+  char* theirs = mine->region.base;  // self: the one chunk is both sides
+  if (peer != me_) {
+    std::unique_ptr<RpcClient> rpc;
+    FERRY_CHECK(RpcClient::connect(proxyNames_[peer], ctx_.timeoutMs, ctx_.abortFlag, &rpc));
+    UniqueFd fd;
+    uint64_t size = 0;
+    std::vector<uint8_t> blob;
+    const Status got = rpc->fetch(RpcKind::Resource, ctx_.commKey, chunkKey(peer, me_),
+                                  ctx_.timeoutMs, ctx_.abortFlag, &fd, &size, &blob);
+    if (got != ncclSuccess) {
+      FERRY_FAIL(got == ncclInvalidArgument ? ncclRemoteError : got,
+                 "kernel p2p: rank %d did not hand out its connection for rank %d (%s): its "
+                 "communicator is destroyed, or it failed to make it (see its log)",
+                 peer, me_, statusString(got));
+    }
+    RegionInfo info{};
+    if (blob.size() != sizeof(info)) {
+      FERRY_FAIL(ncclRemoteError, "kernel p2p: rank %d described its connection in %zu bytes", peer,
+                 blob.size());
+    }
+    memcpy(&info, blob.data(), sizeof(info));
+    if (info.bytes != chunkBytes_) {
+      FERRY_FAIL(ncclInvalidUsage,
+                 "kernel p2p: rank %d's connection has %llu bytes, this rank expects %llu (the "
+                 "FIFO and lane knobs differ between ranks)",
+                 peer, static_cast<unsigned long long>(info.bytes),
+                 static_cast<unsigned long long>(chunkBytes_));
+    }
+    FERRY_CHECK(mapRegion(ctx_, info, std::move(fd), &theirs_[peer]));
+    theirs = theirs_[peer].base;
+  }
+  const uint32_t lanes = res_->p2pLanes;
+  std::vector<algo::RingChannel> rows(lanes);
+  for (uint32_t lane = 0; lane < lanes; ++lane) {
+    rows[lane] = peerLaneChannel(*res_, sideOf(mine->region.base), sideOf(theirs), lane);
+  }
+  // The rows are written (and the copy waited for) before any kernel that
+  // reads them is launched; no running kernel reads this peer's rows.
+  auto* table = static_cast<algo::RingChannel*>(res_->peerChannels->ptr());
+  FERRY_CHECK(uploadSync(ctx_.runtime, table + static_cast<size_t>(peer) * lanes, rows.data(),
+                         sizeof(algo::RingChannel) * lanes));
+  FERRY_INFO(kLogP2p, "kernel p2p: connected to rank %d on first use (%.2f MiB held here)", peer,
+             chunkBytes_ / 1048576.0);
+  return ncclSuccess;
+}
+
+Status PeerConnector::ensure(const std::vector<int>& peers) {
+  bool any = false;
+  for (int p : peers) any = any || !connected_[p];
+  if (!any) return ncclSuccess;
+  // Setup may run while a graph capture is under way (it touches no
+  // captured stream).
+  rt::RelaxedCaptureScope relaxed(ctx_.runtime);
+  for (int p : peers) {
+    if (connected_[p]) continue;
+    FERRY_CHECK(connect(p));
+    connected_[p] = 1;
+  }
+  return ncclSuccess;
+}
+
+}  // namespace ferry
