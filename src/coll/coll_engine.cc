@@ -166,8 +166,16 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
   // Kernel p2p connects per peer on first use where both sides' proxies can
   // answer for them: one host, no rank of this process (those map each
   // other's memory at init), a communicator that carries p2p at all.
-  if (runtimeConnect && !sameProcessPeers && ctx.topology->nHosts <= 1 && !ctx.collectivesOnly) {
+  // On CUDA, not in host shared memory (registering it page-locks memory,
+  // which CUDA may synchronize with running kernels).
+  bool perPeer =
+      runtimeConnect && !sameProcessPeers && ctx.topology->nHosts <= 1 && !ctx.collectivesOnly;
+  if (perPeer) {
     FERRY_CHECK(describePeers(ctx, &e->peers_));
+    perPeer = !e->peers_.shm || ctx.runtime->kind() != rt::RuntimeKind::Cuda;
+    if (!perPeer) e->peers_ = RingResources();
+  }
+  if (perPeer) {
     FERRY_CHECK(PeerConnector::create(ctx, &e->peers_, &e->connector_));
   } else {
     FERRY_CHECK(setupRing(ctx, RingPart::Peers, &e->peers_));

@@ -45,6 +45,11 @@ Status PeerConnector::create(const RingSetupContext& ctx, RingResources* res,
            ctx.proxy->rpc().name().c_str());
   if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(names.data(), sizeof(RegionInfo)));
   for (const RegionInfo& i : names) c->proxyNames_.emplace_back(i.proxyName);
+  FERRY_CHECK(ctx.runtime->createStream(&c->zeroStream_));
+  FERRY_CHECK(ctx.runtime->createStream(&c->rowStream_));
+  FERRY_CHECK(ctx.runtime->allocHost(c->zeroBytes_, &c->zeros_));
+  memset(c->zeros_->ptr(), 0, c->zeroBytes_);
+  FERRY_CHECK(ctx.runtime->allocHost(sizeof(algo::RingChannel) * res->p2pLanes, &c->rows_));
   // The kernel's peer table, zeroed: rows are written as peers connect.
   const size_t table = sizeof(algo::RingChannel) * static_cast<size_t>(n) * res->p2pLanes;
   FERRY_CHECK(ctx.runtime->allocDevice(table, &res->peerChannels));
@@ -68,8 +73,9 @@ Status PeerConnector::ownChunk(int peer, Chunk** out) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!own_[peer]) {
     auto chunk = std::make_unique<Chunk>();
+    const RegionZeroer zeroer{zeroStream_.get(), zeros_->ptr()};
     FERRY_CHECK(makeRegion(ctx_, chunkBytes_, zeroBytes_, res_->shm, chunkKey(me_, peer),
-                           &chunk->region, &chunk->info));
+                           &chunk->region, &chunk->info, &zeroer));
     own_[peer] = std::move(chunk);
     held_.fetch_add(chunkBytes_, std::memory_order_relaxed);
   }
@@ -133,15 +139,17 @@ Status PeerConnector::connect(int peer) {
     theirs = theirs_[peer].base;
   }
   const uint32_t lanes = res_->p2pLanes;
-  std::vector<algo::RingChannel> rows(lanes);
+  auto* rows = static_cast<algo::RingChannel*>(rows_->ptr());
   for (uint32_t lane = 0; lane < lanes; ++lane) {
     rows[lane] = peerLaneChannel(*res_, sideOf(mine->region.base), sideOf(theirs), lane);
   }
   // The rows are written (and the copy waited for) before any kernel that
-  // reads them is launched; no running kernel reads this peer's rows.
+  // reads them is launched; no running kernel reads this peer's rows. The
+  // stream is non-blocking: the wait covers this copy only.
   auto* table = static_cast<algo::RingChannel*>(res_->peerChannels->ptr());
-  FERRY_CHECK(uploadSync(ctx_.runtime, table + static_cast<size_t>(peer) * lanes, rows.data(),
-                         sizeof(algo::RingChannel) * lanes));
+  FERRY_CHECK(rowStream_->copyAsync(table + static_cast<size_t>(peer) * lanes, rows,
+                                    sizeof(algo::RingChannel) * lanes));
+  FERRY_CHECK(rowStream_->synchronize());
   FERRY_INFO(kLogP2p, "kernel p2p: connected to rank %d on first use (%.2f MiB held here)", peer,
              chunkBytes_ / 1048576.0);
   return ncclSuccess;

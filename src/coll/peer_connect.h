@@ -72,6 +72,12 @@ class PeerConnector {
   uint64_t llOffset_ = 0;
   uint64_t fifoOffset_ = 0;
   std::vector<std::string> proxyNames_;  // by rank
+  // Made at init: nothing on the first-use path may allocate or free pinned
+  // memory or create streams (RegionZeroer says why). zeroStream_ and
+  // zeros_ serve ownChunk (under mu_), rowStream_ and rows_ the user
+  // thread's table rows.
+  std::unique_ptr<rt::Stream> zeroStream_, rowStream_;
+  std::unique_ptr<rt::HostMemory> zeros_, rows_;
   uint64_t providerId_ = 0;
   std::mutex mu_;                            // guards own_
   std::vector<std::unique_ptr<Chunk>> own_;  // by peer: this rank's chunk for it

@@ -166,7 +166,7 @@ Status uploadSync(rt::Runtime* runtime, void* dst, const void* src, size_t bytes
 }
 
 Status makeRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroBytes, bool shm,
-                  uint64_t key, RingRegion* r, RegionInfo* info) {
+                  uint64_t key, RingRegion* r, RegionInfo* info, const RegionZeroer* zeroer) {
   memset(info, 0, sizeof(*info));
   info->shm = shm ? 1 : 0;
   info->bytes = bytes;
@@ -185,7 +185,12 @@ Status makeRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroByte
   r->base = static_cast<char*>(r->device->ptr());
   // Only flags and LL lines need zeros (FIFO slots are written before they
   // are read).
-  FERRY_CHECK(uploadSync(ctx.runtime, r->base, nullptr, zeroBytes));
+  if (zeroer != nullptr) {
+    FERRY_CHECK(zeroer->stream->copyAsync(r->base, zeroer->zeros, zeroBytes));
+    FERRY_CHECK(zeroer->stream->synchronize());
+  } else {
+    FERRY_CHECK(uploadSync(ctx.runtime, r->base, nullptr, zeroBytes));
+  }
   info->localPtr = reinterpret_cast<uint64_t>(r->base);
   rt::IpcDescriptor desc;
   FERRY_CHECK(ctx.runtime->exportIpc(*r->device, &desc));

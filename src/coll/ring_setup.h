@@ -174,11 +174,22 @@ algo::RingChannel peerLaneChannel(const RingResources& res, const PeerSide& own,
 // topology, without making anything (connections on first use).
 [[nodiscard]] Status describePeers(const RingSetupContext& ctx, RingResources* res);
 
+// What zeroes a region made while kernels may be running (kernel p2p's
+// connections on first use): a non-blocking stream and pinned zeros made
+// at init, so that no allocation, free or stream creation of pinned memory
+// (which CUDA synchronizes with the whole device: a kernel waiting for a
+// peer that waits for this rank would never finish) happens then.
+struct RegionZeroer {
+  rt::Stream* stream = nullptr;
+  const void* zeros = nullptr;  // at least zeroBytes of pinned zeros
+};
 // A region owned by this rank: `bytes` of device memory (or host shared
-// memory with `shm`), the first `zeroBytes` zeroed, offered through the
-// proxy's RPC under (commKey, key) with its RegionInfo as the blob.
+// memory with `shm`), the first `zeroBytes` zeroed (through `zeroer` when
+// given, else uploadSync), offered through the proxy's RPC under (commKey,
+// key) with its RegionInfo as the blob.
 [[nodiscard]] Status makeRegion(const RingSetupContext& ctx, uint64_t bytes, uint64_t zeroBytes,
-                                bool shm, uint64_t key, RingRegion* r, RegionInfo* info);
+                                bool shm, uint64_t key, RingRegion* r, RegionInfo* info,
+                                const RegionZeroer* zeroer = nullptr);
 // Whether mapping `info` needs the owner's descriptor (memfd).
 bool regionNeedsFd(const RegionInfo& info);
 // Maps another process's region described by `info` (`fd`: its descriptor
