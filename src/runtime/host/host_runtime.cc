@@ -19,6 +19,9 @@
 namespace ferry::rt {
 namespace {
 
+// What a fresh device allocation holds on the host runtime (allocDevice).
+constexpr int kPoisonByte = 0xA5;
+
 size_t pageSize() {
   static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return size;
@@ -280,6 +283,10 @@ Status HostRuntime::allocDevice(size_t bytes, std::unique_ptr<DeviceMemory>* out
   }
   auto mem = std::make_unique<HostDeviceMemory>(std::move(fd), bytes);
   FERRY_CHECK(SharedMapping::map(mem->fd(), length, mem->mapping()));
+  // cudaMalloc'd memory holds whatever was there before: never zeros to
+  // rely on. Poison it, so that CI finds code that forgets to initialize
+  // device memory (flags, LL lines) that a GPU would only sometimes show.
+  memset(mem->ptr(), kPoisonByte, bytes);
   mem->publish();
   FERRY_INFO(kLogAlloc, "host runtime: device allocation %p, %zu bytes", mem->ptr(), bytes);
   *out = std::move(mem);
