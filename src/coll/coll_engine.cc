@@ -129,7 +129,8 @@ void CollEngine::hopFailed(int peer, const std::string& why) {
   if (onFailure_) onFailure_(peer, why);
 }
 
-Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngine>* out) {
+Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::string>& peerProxies,
+                          std::unique_ptr<CollEngine>* out) {
   std::unique_ptr<CollEngine> e(new CollEngine());
   e->runtime_ = ctx.runtime;
   e->rank_ = ctx.topology->myRank;
@@ -176,7 +177,7 @@ Status CollEngine::create(const RingSetupContext& ctx, std::unique_ptr<CollEngin
     if (!perPeer) e->peers_ = RingResources();
   }
   if (perPeer) {
-    FERRY_CHECK(PeerConnector::create(ctx, &e->peers_, &e->connector_));
+    FERRY_CHECK(PeerConnector::create(ctx, peerProxies, &e->peers_, &e->connector_));
   } else {
     FERRY_CHECK(setupRing(ctx, RingPart::Peers, &e->peers_));
   }
@@ -463,9 +464,7 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   FERRY_CHECK(planP2p(tasks, peers_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
   if (connector_) {
-    std::vector<int> peers;
-    for (const P2pPlan::Pair& p : plan.pairs) peers.push_back(p.key / 2);
-    FERRY_CHECK(connector_->ensure(peers));
+    for (const P2pPlan::Pair& p : plan.pairs) FERRY_CHECK(connector_->ensure(p.key / 2));
   }
   if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;

@@ -71,7 +71,11 @@ class CollEngine {
  public:
   ~CollEngine();
   // Collective over the communicator: sets up the ring (see ring_setup.h).
-  [[nodiscard]] static Status create(const RingSetupContext& ctx, std::unique_ptr<CollEngine>* out);
+  // `peerProxies`: every rank's proxy RPC name (P2pEngine::peerProxyNames),
+  // where kernel p2p asks for its connections on first use.
+  [[nodiscard]] static Status create(const RingSetupContext& ctx,
+                                     const std::vector<std::string>& peerProxies,
+                                     std::unique_ptr<CollEngine>* out);
 
   // Whether collectives can run (false when the communicator spans hosts
   // without a network engine); the API checks it before a task joins a group.

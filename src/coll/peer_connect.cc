@@ -21,34 +21,27 @@ uint64_t PeerConnector::chunkKey(int owner, int peer) const {
          static_cast<uint64_t>(peer);
 }
 
-Status PeerConnector::create(const RingSetupContext& ctx, RingResources* res,
+Status PeerConnector::create(const RingSetupContext& ctx,
+                             const std::vector<std::string>& proxyNames, RingResources* res,
                              std::unique_ptr<PeerConnector>* out) {
   std::unique_ptr<PeerConnector> c(new PeerConnector());
   c->ctx_ = ctx;
   c->res_ = res;
   c->me_ = ctx.topology->myRank;
   const int n = res->nranks;
-  // A chunk: the lanes' flag lines, the LL FIFO, the FIFO (the same sizes
-  // as one peer's share of the init-time region).
-  const uint64_t lines = static_cast<uint64_t>(res->p2pLanes) * 3 * kRingFlagLine;
-  c->llOffset_ = algo::roundUp(lines, 4096);
-  c->fifoOffset_ =
-      algo::roundUp(c->llOffset_ + static_cast<uint64_t>(res->nslots) * res->llSlotBytes, 4096);
-  c->zeroBytes_ = c->fifoOffset_;
-  c->chunkBytes_ = c->fifoOffset_ + static_cast<uint64_t>(res->nslots) * res->slotBytes;
+  if (proxyNames.size() != static_cast<size_t>(n)) {
+    FERRY_FAIL(ncclInternalError, "kernel p2p: %zu proxy names for %d ranks", proxyNames.size(), n);
+  }
+  c->proxyNames_ = proxyNames;
+  // The same sizes as one peer's share of the init-time region.
+  c->layout_ = ringRegionLayout(0, 1, res->p2pLanes, res->nslots, res->slotBytes, res->llSlotBytes);
   c->own_.resize(n);
   c->theirs_.resize(n);
   c->connected_.assign(n, 0);
-  // Every rank's proxy name: where to ask for its chunks.
-  std::vector<RegionInfo> names(n);
-  snprintf(names[c->me_].proxyName, sizeof(names[c->me_].proxyName), "%s",
-           ctx.proxy->rpc().name().c_str());
-  if (n > 1) FERRY_CHECK(ctx.bootstrap->allGather(names.data(), sizeof(RegionInfo)));
-  for (const RegionInfo& i : names) c->proxyNames_.emplace_back(i.proxyName);
   FERRY_CHECK(ctx.runtime->createStream(&c->zeroStream_));
   FERRY_CHECK(ctx.runtime->createStream(&c->rowStream_));
-  FERRY_CHECK(ctx.runtime->allocHost(c->zeroBytes_, &c->zeros_));
-  memset(c->zeros_->ptr(), 0, c->zeroBytes_);
+  FERRY_CHECK(ctx.runtime->allocHost(c->layout_.fifos, &c->zeros_));
+  memset(c->zeros_->ptr(), 0, c->layout_.fifos);
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(algo::RingChannel) * res->p2pLanes, &c->rows_));
   // The kernel's peer table, zeroed: rows are written as peers connect.
   const size_t table = sizeof(algo::RingChannel) * static_cast<size_t>(n) * res->p2pLanes;
@@ -64,7 +57,7 @@ Status PeerConnector::create(const RingSetupContext& ctx, RingResources* res,
              "bytes, LL %u of %llu), %.2f MiB per peer (NCCL_RUNTIME_CONNECT=0: all at init)",
              res->p2pLanes, res->shm ? "SHM" : "P2P/IPC", res->p2pLaneSlots,
              static_cast<unsigned long long>(res->p2pLaneSlotBytes), res->p2pLlSlots,
-             static_cast<unsigned long long>(res->p2pLlSlotBytes), c->chunkBytes_ / 1048576.0);
+             static_cast<unsigned long long>(res->p2pLlSlotBytes), c->layout_.bytes / 1048576.0);
   *out = std::move(c);
   return ncclSuccess;
 }
@@ -74,10 +67,10 @@ Status PeerConnector::ownChunk(int peer, Chunk** out) {
   if (!own_[peer]) {
     auto chunk = std::make_unique<Chunk>();
     const RegionZeroer zeroer{zeroStream_.get(), zeros_->ptr()};
-    FERRY_CHECK(makeRegion(ctx_, chunkBytes_, zeroBytes_, res_->shm, chunkKey(me_, peer),
+    FERRY_CHECK(makeRegion(ctx_, layout_.bytes, layout_.fifos, res_->shm, chunkKey(me_, peer),
                            &chunk->region, &chunk->info, &zeroer));
     own_[peer] = std::move(chunk);
-    held_.fetch_add(chunkBytes_, std::memory_order_relaxed);
+    held_.fetch_add(layout_.bytes, std::memory_order_relaxed);
   }
   *out = own_[peer].get();
   return ncclSuccess;
@@ -101,7 +94,7 @@ void PeerConnector::provide(uint64_t b) {
 }
 
 PeerSide PeerConnector::sideOf(char* base) const {
-  return PeerSide{base, base + llOffset_, base + fifoOffset_};
+  return PeerSide{base, base + layout_.llFifos, base + layout_.fifos};
 }
 
 Status PeerConnector::connect(int peer) {
@@ -109,6 +102,9 @@ Status PeerConnector::connect(int peer) {
   FERRY_CHECK(ownChunk(peer, &mine));
   char* theirs = mine->region.base;  // self: the one chunk is both sides
   if (peer != me_) {
+    if (proxyNames_[peer].empty()) {
+      FERRY_FAIL(ncclInternalError, "kernel p2p: no proxy known for rank %d", peer);
+    }
     std::unique_ptr<RpcClient> rpc;
     FERRY_CHECK(RpcClient::connect(proxyNames_[peer], ctx_.timeoutMs, ctx_.abortFlag, &rpc));
     UniqueFd fd;
@@ -128,12 +124,12 @@ Status PeerConnector::connect(int peer) {
                  blob.size());
     }
     memcpy(&info, blob.data(), sizeof(info));
-    if (info.bytes != chunkBytes_) {
+    if (info.bytes != layout_.bytes) {
       FERRY_FAIL(ncclInvalidUsage,
                  "kernel p2p: rank %d's connection has %llu bytes, this rank expects %llu (the "
                  "FIFO and lane knobs differ between ranks)",
                  peer, static_cast<unsigned long long>(info.bytes),
-                 static_cast<unsigned long long>(chunkBytes_));
+                 static_cast<unsigned long long>(layout_.bytes));
     }
     FERRY_CHECK(mapRegion(ctx_, info, std::move(fd), &theirs_[peer]));
     theirs = theirs_[peer].base;
@@ -151,22 +147,16 @@ Status PeerConnector::connect(int peer) {
                                     sizeof(algo::RingChannel) * lanes));
   FERRY_CHECK(rowStream_->synchronize());
   FERRY_INFO(kLogP2p, "kernel p2p: connected to rank %d on first use (%.2f MiB held here)", peer,
-             chunkBytes_ / 1048576.0);
+             layout_.bytes / 1048576.0);
   return ncclSuccess;
 }
 
-Status PeerConnector::ensure(const std::vector<int>& peers) {
-  bool any = false;
-  for (int p : peers) any = any || !connected_[p];
-  if (!any) return ncclSuccess;
+Status PeerConnector::connectFirst(int peer) {
   // Setup may run while a graph capture is under way (it touches no
   // captured stream).
   rt::RelaxedCaptureScope relaxed(ctx_.runtime);
-  for (int p : peers) {
-    if (connected_[p]) continue;
-    FERRY_CHECK(connect(p));
-    connected_[p] = 1;
-  }
+  FERRY_CHECK(connect(peer));
+  connected_[peer] = 1;
   return ncclSuccess;
 }
 

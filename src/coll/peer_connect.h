@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "coll/ring_setup.h"
@@ -36,17 +37,20 @@ namespace ferry {
 class PeerConnector {
  public:
   // `res`: the peers part's shape (describePeers); gets its peer table
-  // (zeroed) and allPeersReachable. Collective only in that every rank
-  // makes one; no bootstrap traffic beyond the proxies' names.
-  [[nodiscard]] static Status create(const RingSetupContext& ctx, RingResources* res,
+  // (zeroed) and allPeersReachable. `proxyNames`: every rank's proxy RPC
+  // name (exchanged by the SM-free setup). No bootstrap traffic.
+  [[nodiscard]] static Status create(const RingSetupContext& ctx,
+                                     const std::vector<std::string>& proxyNames, RingResources* res,
                                      std::unique_ptr<PeerConnector>* out);
   ~PeerConnector();
   PeerConnector(const PeerConnector&) = delete;
   PeerConnector& operator=(const PeerConnector&) = delete;
 
-  // Connects to every rank in `peers` not connected yet (user thread,
-  // before a kernel p2p launch; the communicator's device current).
-  [[nodiscard]] Status ensure(const std::vector<int>& peers);
+  // Connects to `peer` unless connected already (user thread, before a
+  // kernel p2p launch; the communicator's device current).
+  [[nodiscard]] Status ensure(int peer) {
+    return connected_[peer] ? ncclSuccess : connectFirst(peer);
+  }
   // Device (or SHM) memory held by this rank's chunks.
   uint64_t bytesHeld() const { return held_.load(std::memory_order_relaxed); }
 
@@ -62,15 +66,16 @@ class PeerConnector {
   // Proxy thread: a peer asks for this rank's chunk for it (RPC key `b`).
   void provide(uint64_t b);
   [[nodiscard]] Status connect(int peer);
+  // ensure's first call for `peer`.
+  [[nodiscard]] Status connectFirst(int peer);
   PeerSide sideOf(char* base) const;
 
   RingSetupContext ctx_;
   RingResources* res_ = nullptr;  // the engine's peers part (outlives this)
   int me_ = -1;
-  uint64_t chunkBytes_ = 0;
-  uint64_t zeroBytes_ = 0;  // flag lines and LL FIFO
-  uint64_t llOffset_ = 0;
-  uint64_t fifoOffset_ = 0;
+  // A chunk: one peer's connection laid out like a region of one
+  // connection (flag lines and LL FIFO zeroed, [0, fifos)).
+  RingRegionLayout layout_;
   std::vector<std::string> proxyNames_;  // by rank
   // Made at init: nothing on the first-use path may allocate or free pinned
   // memory or create streams (RegionZeroer says why). zeroStream_ and

@@ -437,20 +437,35 @@ void logPart(RingPart part, const RingResources& res, int prevRank, int nextRank
 
 }  // namespace
 
-Status describePeers(const RingSetupContext& ctx, RingResources* res) {
+namespace {
+
+// A part's shape from the knobs and the topology: sizes, lanes, this
+// rank's ring position, and whether some same-host writer needs host
+// memory (the caller adds its own reasons for SHM).
+Status describePart(const RingSetupContext& ctx, RingPart part, RingResources* res) {
   const Topology& t = *ctx.topology;
   const int n = static_cast<int>(t.peers.size());
+  const bool peers = part == RingPart::Peers;
   res->nranks = n;
-  res->peerConns = n;
+  res->peerConns = peers ? n : 0;
   res->ringOrder = t.ringOrder;
-  res->nchannels = 0;
+  res->nchannels = peers ? 0 : resolveChannels(ctx);
   FERRY_CHECK(resolveFifo(ctx, res));
   FERRY_CHECK(resolveLanes(ctx, n, res));
+  // A protocol's part has no FIFOs of the other (peers: both).
+  if (part == RingPart::Ll) res->slotBytes = 0;
+  if (part == RingPart::Simple) res->llSlotBytes = 0;
   for (int i = 0; i < n; ++i) {
     if (t.ringOrder[i] == t.myRank) res->pos = i;
   }
   res->shm = useShm(ctx);
   return ncclSuccess;
+}
+
+}  // namespace
+
+Status describePeers(const RingSetupContext& ctx, RingResources* res) {
+  return describePart(ctx, RingPart::Peers, res);
 }
 
 Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out) {
@@ -466,18 +481,7 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
       ctx.params->getInt(ParamId::P2pKernelAcrossHosts) == 0) {
     return ncclSuccess;
   }
-  res.nranks = n;
-  res.peerConns = peers ? n : 0;
-  res.ringOrder = t.ringOrder;
-  res.nchannels = peers ? 0 : resolveChannels(ctx);
-  FERRY_CHECK(resolveFifo(ctx, &res));
-  FERRY_CHECK(resolveLanes(ctx, n, &res));
-  // A protocol's part has no FIFOs of the other (peers: both).
-  if (part == RingPart::Ll) res.slotBytes = 0;
-  if (part == RingPart::Simple) res.llSlotBytes = 0;
-  for (int i = 0; i < n; ++i) {
-    if (t.ringOrder[i] == t.myRank) res.pos = i;
-  }
+  FERRY_CHECK(describePart(ctx, part, &res));
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];
   const int nextRank = t.ringOrder[(res.pos + 1) % n];
   // Only Simple crosses hosts (LL lines carry no tail counter for the
@@ -486,7 +490,7 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
                                                       t.links[nextRank] == PeerLink::OtherHost);
   // The proxy writes this rank's flags (and, from a remote previous rank,
   // its FIFO): host memory then.
-  res.shm = useShm(ctx) || remoteHop || peersAcross;
+  res.shm = res.shm || remoteHop || peersAcross;
   const RingRegionLayout layout = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
                                                    res.nslots, res.slotBytes, res.llSlotBytes);
   res.regionBytes = layout.bytes;

@@ -153,7 +153,7 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   profile_.enable(params_.getInt(ParamId::Profile) != 0);
   FERRY_CHECK(P2pEngine::create(ctx, &asyncError_, proxy, &p2p_));
   p2p_->setProfile(&profile_);
-  FERRY_CHECK(CollEngine::create(ctx, &coll_));
+  FERRY_CHECK(CollEngine::create(ctx, p2p_->peerProxyNames(), &coll_));
   coll_->setFailureHandler([this](int peer, const std::string& why) { peerFailed(peer, why); });
   if (topology_.nHosts > 1 && coll_->available()) hier_ = std::make_unique<HierAllReduce>(this);
   return ncclSuccess;

@@ -169,6 +169,14 @@ StagingPool& P2pEngine::poolFor(const ConnectionBase& conn) {
   return *p;
 }
 
+std::vector<std::string> P2pEngine::peerProxyNames() const {
+  std::vector<std::string> names(state_.send.size());
+  for (size_t p = 0; p < names.size(); ++p) {
+    if (state_.send[p] || state_.recv[p]) names[p] = peerRef(static_cast<int>(p)).proxyName;
+  }
+  return names;
+}
+
 PeerRef P2pEngine::peerRef(int peer) const {
   PeerRef r;
   const SendConnection* s = state_.send[peer].get();

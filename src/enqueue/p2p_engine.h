@@ -103,6 +103,9 @@ class P2pEngine {
   void peerStats(int peer, uint64_t out[5]) const;
   // "peer N: X ops, Y bytes ..." lines for INFO logs and tests.
   std::string describeCounters() const;
+  // Every rank's proxy RPC name as exchanged at setup, by rank (empty
+  // where no same-host connection exists: other hosts, collectives-only).
+  std::vector<std::string> peerProxyNames() const;
   // Staging blocks held (grown on demand, kept for reuse; owner thread).
   uint64_t stagingBytes() const {
     return (devicePool_ ? devicePool_->bytes() : 0) + (hostPool_ ? hostPool_->bytes() : 0);
