@@ -7,7 +7,9 @@
 # Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; STAGES,
 #   default "clients nccltests gpu", any of those, p2pdiag (the FERRY_PROFILE
 #   and push-wait runs of real_clients.sh), death (real_clients.sh's) and
-#   memory (device_p2p.sh's) in the order given; the
+#   memory and inittime (device_p2p.sh's) in the order given; clients2 is a second clients
+#   stage with CLIENT_MODES2, CLIENT_CASES2 (default pipe) and
+#   CLIENT_SCHEDULES2; the
 #   real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,9 +38,15 @@ for st in ${STAGES:-clients nccltests gpu}; do
   echo "=== $st, $(left) s left"
   case $st in
   clients) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb torch ;;
+  clients2)
+    [ "$(left)" -gt 60 ] && CLIENT_MODES=$CLIENT_MODES2 CLIENT_CASES=${CLIENT_CASES2:-pipe} \
+      CLIENT_SCHEDULES=${CLIENT_SCHEDULES2:-${CLIENT_SCHEDULES:-}} \
+      timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb torch
+    ;;
   p2pdiag) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb p2pdiag ;;
   death) [ "$(left)" -gt 60 ] && DEATH_TIMEOUT=$(($(left) / 2 - 15)) "$here/real_clients.sh" /tmp/fb death ;;
   memory) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" memory | tail -40 ;;
+  inittime) [ "$(left)" -gt 40 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" inittime | tail -10 ;;
   nccltests)
     wait $ntb
     if [ "$(left)" -gt 60 ]; then

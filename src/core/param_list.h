@@ -81,7 +81,8 @@
     "A send of >= 1 MiB to another process that would arrive before its receiver, in an "        \
     "exchange (the group also receives from that peer) or under lazy loading (it would be "      \
     "staged), waits on the CPU up to min(this, its size at 400 GB/s) us for the receiver to "     \
-    "post, so it pushes straight from its buffer; 0: never.")                                    \
+    "post, so it pushes straight from its buffer; after 3 misses in a row on a connection, "     \
+    "only every 8th message waits; 0: never.")                                                   \
   X(Profile, "FERRY_PROFILE", Int, "0",                                                          \
     "1: time the CPU's parts of every launch (group end, collective, kernel p2p, SM-free "      \
     "phases) per communicator; printed at destroy/abort (INFO, subsystem INIT or P2P).")        \

@@ -346,9 +346,20 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   }
   if (!stageSends_ && !exchange) return;
   const Op& op = ops[i];
+  // A receiver late for several waits in a row is late by habit (a
+  // pipeline stage still computing while the one before it sends): another
+  // wait would cost the CPU its whole bound for nothing, and torch's
+  // pipelining schedules are CPU-bound (host time ~ step time, bench/
+  // RESULTS.md session 16). Such a connection waits again only every
+  // kRetryEvery-th message, to notice when the pattern changes.
+  constexpr uint32_t kLateInARow = 3, kRetryEvery = 8;
+  ConnectionBase& conn = *op.conn;
+  if (conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
+  conn.sinceWait = 0;
   const int64_t ns = std::min<int64_t>(pushWaitNs_, static_cast<int64_t>(t.bytes / 400));
   ProfScope prof(profile_, ProfSlot::PushWait);
   bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
+  conn.lateReceives = arrived ? 0 : conn.lateReceives + 1;
   FERRY_TRACE(kLogP2p, "send to peer %d: message %llu (%s): receiver %s within %lld us", t.peer,
               static_cast<unsigned long long>(op.seq), stageSends_ ? "would stage" : "exchange",
               arrived ? "posted" : "did not post", static_cast<long long>(ns / 1000));

@@ -74,6 +74,10 @@ struct ConnectionBase {
   PeerCounters counters;
   // User state: sequence number of the next message enqueued.
   uint64_t nextSeq = 0;
+  // Send side, user state: push waits in a row that the receiver did not
+  // answer in time, and messages since the last wait (P2pEngine::awaitReceiver).
+  uint32_t lateReceives = 0;
+  uint32_t sinceWait = 0;
   // The first failure (proxy thread or user thread); every later message
   // on the connection fails.
   std::atomic<Status> failed{ncclSuccess};

@@ -122,6 +122,17 @@ ferry_p2p_test(p2p.stress.smfree.n4 4 stress ENVIRONMENT FERRY_P2P_KERNEL_MAX_BY
 ferry_p2p_test(p2p.unbatched.smfree.n2 2 unbatched ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 # GPipe's pattern: 8 unbatched sends run ahead of receives taken one at a time.
 ferry_p2p_test(p2p.pipeline.n2 2 pipeline)
+# A receiver late by habit: the staged sender stops its bounded push wait
+# after 3 misses in a row (P2pEngine::awaitReceiver), so of its 8 sends at
+# most 4 wait (the first may find its receive posted); without that rule
+# all 7 late ones would. The profile counts the waits; 100 ms pauses keep
+# the receiver late even on a loaded CI machine.
+add_test(NAME p2p.pipeline.latewait.n2
+  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> pipeline 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\" | grep -E 'CPU profile|pipeline'; \
+n=$(echo \"$out\" | grep -oE 'p2p\\.pushwait n=[0-9]+' | grep -oE '[0-9]+$'); [ -n \"$n\" ] && [ \"$n\" -ge 1 ] && [ \"$n\" -le 4 ]")
+set_tests_properties(p2p.pipeline.latewait.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_STAGE_SENDS=1;FERRY_TEST_PAUSE_MS=100")
 # FERRY_PROFILE: every rank prints its communicator's CPU profile at destroy,
 # with the kernel-p2p launches and each SM-free phase counted.
 add_test(NAME p2p.profile.n2
