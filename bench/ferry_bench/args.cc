@@ -150,6 +150,10 @@ bool parseArgs(int argc, const char* const* argv, Options* options, std::string*
       o.overlap = true;
       continue;
     }
+    if (arg == "--window") {
+      o.window = true;
+      continue;
+    }
     if (arg.size() > 1 && arg[0] == '-') {
       std::string_view name = arg, value;
       const size_t eq = arg.find('=');
@@ -227,6 +231,7 @@ std::vector<std::string> toArgs(const Options& o) {
                                    "--gemm-size",
                                    std::to_string(o.gemmSize)};
   if (o.overlap) args.push_back("--overlap");
+  if (o.window) args.push_back("--window");
   if (!o.lib.empty()) args.insert(args.end(), {"--lib", o.lib});
   if (!o.jsonOut.empty()) args.insert(args.end(), {"--json-out", o.jsonOut});
   if (o.seedSet) args.insert(args.end(), {"--seed", std::to_string(o.seed)});
@@ -252,6 +257,7 @@ const char* usageText() {
          "  --json FILE       machine-readable results (rank 0)\n"
          "  --overlap         measure against a concurrent cuBLAS bf16 GEMM (CUDA only)\n"
          "  --gemm-size N     GEMM M=N=K (default 8192)\n"
+         "  --window          buffers from ncclMemAlloc, registered as symmetric windows\n"
          "  --seed N          data seed (default: derived from NCCL_COMM_ID, or time^pid)\n"
          "Ranks: ferry-run -n N ferry-bench ... (one device each), or -g N in one process.\n"
          "Exit: 0 ok, 1 a data check failed or a run broke, 2 usage or setup error.\n";

@@ -4,7 +4,7 @@
 //   ferry-bench <op>[,<op>...|all] [-b MIN] [-e MAX] [-f FACTOR] [-d TYPE] [-o REDOP]
 //               [-r ROOT] [-w WARMUP] [-n ITERS] [-g GPUS] [-c 0|1] [--inplace only|no|both]
 //               [--lib PATH] [--compare PATH] [--json FILE] [--overlap] [--gemm-size N]
-//               [--seed N]
+//               [--seed N] [--window]
 #pragma once
 
 #include <cstddef>
@@ -38,6 +38,9 @@ struct Options {
   std::string json;     // --json: results for people and scripts
   std::string jsonOut;  // --json-out: a child's results for its parent (internal)
   bool overlap = false;
+  // --window: buffers from the library's ncclMemAlloc, registered as
+  // NCCL_WIN_COLL_SYMMETRIC windows on every communicator.
+  bool window = false;
   size_t gemmSize = 8192;
   bool seedSet = false;
   uint64_t seed = 0;

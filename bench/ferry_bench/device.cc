@@ -66,6 +66,12 @@ bool Device::select(std::string* error) const {
 
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_ == nullptr) return;
+  if (fromLib_) {
+    std::string ignored;  // the buffer is going away; nothing to report to
+    (void)device_.select(&ignored);
+    device_.lib->memFree(ptr_);
+    return;
+  }
 #ifdef FERRY_BENCH_CUDA
   if (device_.backend == Backend::Cuda) {
     int current = 0;
@@ -83,6 +89,27 @@ void DeviceBuffer::swap(DeviceBuffer& o) noexcept {
   std::swap(ptr_, o.ptr_);
   std::swap(bytes_, o.bytes_);
   std::swap(device_, o.device_);
+  std::swap(fromLib_, o.fromLib_);
+}
+
+bool DeviceBuffer::allocateFromLib(const Device& device, size_t bytes, std::string* error) {
+  if (device.lib == nullptr || !device.lib->hasWindows()) {
+    *error = "--window: the library lacks ncclMemAlloc or ncclCommWindowRegister";
+    return false;
+  }
+  void* p = nullptr;
+  if (!device.select(error) ||
+      !ncclOk(device.lib, device.lib->memAlloc(&p, std::max<size_t>(bytes, 1)), "ncclMemAlloc",
+              error)) {
+    return false;
+  }
+  DeviceBuffer fresh;
+  fresh.device_ = device;
+  fresh.bytes_ = bytes;
+  fresh.ptr_ = static_cast<char*>(p);
+  fresh.fromLib_ = true;
+  *this = std::move(fresh);
+  return true;
 }
 
 bool DeviceBuffer::allocate(const Device& device, size_t bytes, std::string* error) {

@@ -47,6 +47,9 @@ class DeviceBuffer {
   ~DeviceBuffer();
 
   bool allocate(const Device& device, size_t bytes, std::string* error);
+  // From the library's ncclMemAlloc (freed with its ncclMemFree): memory
+  // that can back a window (--window).
+  bool allocateFromLib(const Device& device, size_t bytes, std::string* error);
   char* data() const { return ptr_; }
   size_t size() const { return bytes_; }
   // Synchronous copies between this buffer (at byte offset) and host memory.
@@ -58,6 +61,7 @@ class DeviceBuffer {
   char* ptr_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  bool fromLib_ = false;  // ncclMemAlloc'd: device_.lib frees it
 };
 
 class Stream {

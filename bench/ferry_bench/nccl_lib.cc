@@ -77,6 +77,10 @@ bool loadNcclLib(const std::string& path, NcclLib* lib, std::string* error) {
   resolve(h, "ncclFerryStreamCreate", &l.ferryStreamCreate);
   resolve(h, "ncclFerryStreamSynchronize", &l.ferryStreamSynchronize);
   resolve(h, "ncclFerryStreamDestroy", &l.ferryStreamDestroy);
+  resolve(h, "ncclMemAlloc", &l.memAlloc);
+  resolve(h, "ncclMemFree", &l.memFree);
+  resolve(h, "ncclCommWindowRegister", &l.windowRegister);
+  resolve(h, "ncclCommWindowDeregister", &l.windowDeregister);
   *lib = l;
   return true;
 }

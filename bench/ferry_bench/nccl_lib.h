@@ -43,7 +43,12 @@ struct NcclLib {
   decltype(&ncclFerryStreamCreate) ferryStreamCreate = nullptr;
   decltype(&ncclFerryStreamSynchronize) ferryStreamSynchronize = nullptr;
   decltype(&ncclFerryStreamDestroy) ferryStreamDestroy = nullptr;
+  decltype(&ncclMemAlloc) memAlloc = nullptr;
+  decltype(&ncclMemFree) memFree = nullptr;
+  decltype(&ncclCommWindowRegister) windowRegister = nullptr;
+  decltype(&ncclCommWindowDeregister) windowDeregister = nullptr;
 
+  bool hasWindows() const { return memAlloc && memFree && windowRegister && windowDeregister; }
   bool hasFerryStreams() const {
     return ferryStreamCreate && ferryStreamSynchronize && ferryStreamDestroy;
   }

@@ -45,9 +45,25 @@ struct Context {
   Clock::time_point start = Clock::now(), lastProgress = Clock::now();
 };
 
+// A registered window, deregistered with the buffers' lifetime (before
+// they are freed: declared after them in OpBuffers).
+struct WindowReg {
+  const NcclLib* lib = nullptr;
+  ncclComm_t comm = nullptr;
+  ncclWindow_t win = nullptr;
+  WindowReg(const NcclLib* l, ncclComm_t c, ncclWindow_t w) : lib(l), comm(c), win(w) {}
+  WindowReg(const WindowReg&) = delete;
+  WindowReg& operator=(const WindowReg&) = delete;
+  WindowReg(WindowReg&& o) noexcept : lib(o.lib), comm(o.comm), win(o.win) { o.win = nullptr; }
+  ~WindowReg() {
+    if (win != nullptr) lib->windowDeregister(comm, win);
+  }
+};
+
 // A buffer pair per device, sized for the largest size of the sweep.
 struct OpBuffers {
   std::vector<DeviceBuffer> send, recv;
+  std::vector<WindowReg> windows;  // --window
 };
 
 // Where one device's send and receive data live for one placement.
@@ -130,18 +146,50 @@ bool setupComms(Context& ctx, std::string* error) {
   return true;
 }
 
+// --window: every device's two buffers become NCCL_WIN_COLL_SYMMETRIC
+// windows of its communicator. Registration is collective: one group
+// spans the communicators this process drives (-g), as for init. Sizes are
+// the same on every rank (the sweep's largest shape).
+bool registerWindows(Context& ctx, OpBuffers* bufs, std::string* error) {
+  const NcclLib& lib = ctx.lib;
+  std::vector<ncclWindow_t> wins(2 * ctx.devices.size(), nullptr);
+  ncclResult_t r = lib.groupStart();
+  for (size_t i = 0; r == ncclSuccess && i < ctx.devices.size(); ++i) {
+    for (int k = 0; r == ncclSuccess && k < 2; ++k) {
+      DeviceBuffer& b = k == 0 ? bufs->send[i] : bufs->recv[i];
+      if (!ctx.devices[i].select(error)) return false;
+      r = lib.windowRegister(ctx.comms.comms[i], b.data(), std::max<size_t>(b.size(), 1),
+                             &wins[2 * i + k], NCCL_WIN_COLL_SYMMETRIC);
+    }
+  }
+  const ncclResult_t e = lib.groupEnd();
+  if (r == ncclSuccess) r = e;
+  for (size_t i = 0; i < wins.size(); ++i) {
+    if (wins[i] != nullptr) bufs->windows.emplace_back(&ctx.lib, ctx.comms.comms[i / 2], wins[i]);
+  }
+  if (r != ncclSuccess) {
+    *error = "ncclCommWindowRegister: " + lib.errorText(r, ctx.comms.comms[0]);
+    return false;
+  }
+  return true;
+}
+
 bool allocateBuffers(Context& ctx, OpKind kind, OpBuffers* bufs, std::string* error) {
   const size_t es = typeSize(ctx.opt.type);
   const Shape max = shapeFor(kind, ctx.opt.maxBytes, es, ctx.nranks, 0);
   bufs->send.resize(ctx.devices.size());
   bufs->recv.resize(ctx.devices.size());
   for (size_t i = 0; i < ctx.devices.size(); ++i) {
-    if (!bufs->send[i].allocate(ctx.devices[i], max.sendCount * es, error) ||
-        !bufs->recv[i].allocate(ctx.devices[i], max.recvCount * es, error)) {
-      return false;
-    }
+    DeviceBuffer& s = bufs->send[i];
+    DeviceBuffer& r = bufs->recv[i];
+    const bool ok = ctx.opt.window
+                        ? s.allocateFromLib(ctx.devices[i], max.sendCount * es, error) &&
+                              r.allocateFromLib(ctx.devices[i], max.recvCount * es, error)
+                        : s.allocate(ctx.devices[i], max.sendCount * es, error) &&
+                              r.allocate(ctx.devices[i], max.recvCount * es, error);
+    if (!ok) return false;
   }
-  return true;
+  return !ctx.opt.window || registerWindows(ctx, bufs, error);
 }
 
 // In-place: the op's larger buffer holds both; the smaller side sits at its

@@ -2,18 +2,31 @@
 one markdown table per suite. Usage: summarize.py LOG... > table.md
 
 A case passes in a run when every rank reported ok; a rank that never
-reported (crash, hang, watchdog) makes it fail. Times are the slowest rank's.
-Columns are runs (their --tag), in the order the logs were given.
+reported (crash, hang, watchdog) makes it fail, and so does a case the run
+planned (its `library` record lists them) without a result; a case the run
+did not plan shows "-". Times are the slowest rank's. Columns are runs
+(their --tag), in the order the logs were given.
+
+Repeated modes (tags ending in -r2, -r3, ...: the same mode run again)
+are then folded: the median of each time over a mode's runs, and
+Ferry/NCCL ratios of those medians per loading mode (ferry-lazy against
+nccl-lazy, kernel-eager against nccl-eager, ...). Single runs of these
+cases vary by +-15%: read the medians.
 """
 import json
+import re
+import statistics
 import sys
 from collections import OrderedDict
 
 
 def load(paths):
+    """tag -> case -> records. A tag already seen in an earlier log (the same
+    mode in another call) becomes tag@N, N the log's index: its own run."""
     runs = OrderedDict()  # tag -> case -> list of records
-    for path in paths:
+    for n, path in enumerate(paths):
         decoder = json.JSONDecoder()
+        earlier = set(runs)
         with open(path, errors="replace") as f:
             for line in f:
                 # Two ranks' lines may share a line of the log: take each.
@@ -24,6 +37,8 @@ def load(paths):
                     except json.JSONDecodeError:
                         break
                     start = end
+                    if rec["tag"] in earlier:
+                        rec["tag"] = f"{rec['tag']}@{n}"
                     runs.setdefault(rec["tag"], OrderedDict()).setdefault(rec["case"], []).append(rec)
     return runs
 
@@ -56,7 +71,11 @@ def cell(recs, ranks):
 
 
 def main():
-    runs = load(sys.argv[1:])
+    return main_with(sys.argv[1:])
+
+
+def main_with(paths):
+    runs = load(paths)
     if not runs:
         print("no RESULT lines found")
         return 1
@@ -83,6 +102,7 @@ def main():
             print(f"\nfsdp2 losses {t} vs {base_tag}: max |diff| {d:.3g}"
                   f"{' (bit for bit)' if l == fsdp[base_tag] else ''}")
     failed += busbw_table(runs)
+    median_tables(runs)
     print(f"\n{failed} failing cell(s)")
     return 1 if failed else 0
 
@@ -94,6 +114,10 @@ def suite_table(runs, tags):
     for t in tags:
         for name in runs[t]:
             cases[name] = True
+        # A planned case no run reported (each crashed first) still gets a row.
+        for r in runs[t].get("library", []):
+            for name in r.get("planned", []):
+                cases[name] = True
     print("| case | " + " | ".join(tags) + " |")
     print("|---|" + "---|" * len(tags))
     failed = 0
@@ -102,8 +126,11 @@ def suite_table(runs, tags):
         for t in tags:
             recs = runs[t].get(name)
             if recs is None:
-                row.append("missing")
-                failed += 1
+                if planned_by(runs[t], name):
+                    row.append("missing")
+                    failed += 1
+                else:
+                    row.append("-")
                 continue
             ranks = len({r["rank"] for rs in runs[t].values() for r in rs})
             c = cell(recs, ranks)
@@ -112,6 +139,67 @@ def suite_table(runs, tags):
         print(f"| {name} | " + " | ".join(row) + " |")
     print()
     return failed
+
+
+def planned_by(run, name):
+    """Whether a run owed a result for case `name`: listed in its library
+    record's `planned` (older logs have no list: every case was owed)."""
+    plans = [r["planned"] for r in run.get("library", []) if "planned" in r]
+    return not plans or any(name in p for p in plans)
+
+
+# The times compared across libraries: (case prefix, metric).
+FOLDED = [("pipe.", "step_ms"), ("a2a", "median_ms"), ("a2a", "host_ms"), ("batch", "ms_16777216B"),
+          ("batch", "ms_268435456B"), ("batch", "host_ms_16777216B"), ("blocking", "median_ms"),
+          ("fsdp2", "step_ms"), ("ddp", "step_ms")]
+
+
+def base_mode(tag):
+    return re.sub(r"(-r[0-9]+)?(@[0-9]+)?$", "", tag)
+
+
+def folded_medians(runs):
+    """mode -> (case, metric) -> (median over the mode's runs, run count),
+    each run's value being its slowest rank's."""
+    out = OrderedDict()
+    for tag, cases in runs.items():
+        if tag.startswith("nccltests-"):
+            continue
+        for case, recs in cases.items():
+            for prefix, metric in FOLDED:
+                vals = [r[metric] for r in recs if metric in r and r.get("ok") is not False]
+                if case.startswith(prefix) and vals:
+                    out.setdefault(base_mode(tag), OrderedDict()).setdefault((case, metric), []).append(max(vals))
+    return OrderedDict((m, OrderedDict((k, (statistics.median(v), len(v))) for k, v in d.items()))
+                       for m, d in out.items())
+
+
+def median_tables(runs):
+    """The medians of repeated modes, then Ferry/NCCL (time ratios: < 1 is
+    Ferry faster) for every Ferry mode with an NCCL mode of the same
+    loading and suffixes. Prints nothing unless some mode ran twice."""
+    if not any(re.search(r"(-r[0-9]+|@[0-9]+)$", t) for t in runs):
+        return
+    med = folded_medians(runs)
+    modes = list(med)
+    keys = OrderedDict((k, True) for m in modes for k in med[m])
+    print("\n| median over runs (runs) | " + " | ".join(modes) + " |")
+    print("|---|" + "---|" * len(modes))
+    for k in keys:
+        cells = [f"{med[m][k][0]:.4g} ({med[m][k][1]})" if k in med[m] else "-" for m in modes]
+        print(f"| {k[0]} {k[1]} | " + " | ".join(cells) + " |")
+    pairs = [(m, "nccl-" + m.split("-", 1)[1]) for m in modes
+             if not m.startswith("nccl-") and "-" in m and "nccl-" + m.split("-", 1)[1] in med]
+    if not pairs:
+        return
+    print("\n| Ferry/NCCL time, medians | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |")
+    print("|---|" + "---|" * len(pairs))
+    for k in keys:
+        cells = []
+        for a, b in pairs:
+            ok = k in med[a] and k in med[b] and med[b][k][0] > 0
+            cells.append(f"{med[a][k][0] / med[b][k][0]:.2f}" if ok else "-")
+        print(f"| {k[0]} {k[1]} | " + " | ".join(cells) + " |")
 
 
 def busbw_table(runs):

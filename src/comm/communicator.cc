@@ -34,6 +34,7 @@ Communicator::~Communicator() {
   (void)shutdownP2p(true);
   windows_.clear();  // windows never deregistered: their peer mappings go
   hier_.reset();     // its communicators report to this one until they go
+  winColl_.reset();  // likewise
   coll_.reset();     // before the proxy the p2p engine holds goes away
   p2p_.reset();
 }
@@ -156,49 +157,59 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   FERRY_CHECK(CollEngine::create(ctx, p2p_->peerProxyNames(), &coll_));
   coll_->setFailureHandler([this](int peer, const std::string& why) { peerFailed(peer, why); });
   if (topology_.nHosts > 1 && coll_->available()) hier_ = std::make_unique<HierAllReduce>(this);
+  if (!collectivesOnly_) winColl_ = std::make_unique<WindowColl>(this);
   return ncclSuccess;
 }
 
 Status Communicator::launchColl(const std::vector<CollTask>& tasks) {
   ProfScope prof(&profile_, ProfSlot::CollLaunch);
-  // Runs of ring tasks between hierarchical ones, in call order.
+  // Runs of ring tasks between the others, in call order.
   std::vector<CollTask> ring;
-  for (const CollTask& t : tasks) {
-    if (!hier_ || !hier_->chosen(t)) {
-      ring.push_back(t);
-      continue;
-    }
-    if (!ring.empty()) FERRY_CHECK(coll_->launch(ring));
+  auto flushRing = [&]() -> Status {
+    if (ring.empty()) return ncclSuccess;
+    FERRY_CHECK(coll_->launch(ring));
     ringColls_ += ring.size();
     ring.clear();
-    FERRY_CHECK(hier_->launch(t));
-    ++hierColls_;
+    return ncclSuccess;
+  };
+  for (const CollTask& t : tasks) {
+    if (hier_ && hier_->chosen(t)) {
+      FERRY_CHECK(flushRing());
+      FERRY_CHECK(hier_->launch(t));
+      ++hierColls_;
+    } else if (winColl_ && winColl_->chosen(t)) {
+      FERRY_CHECK(flushRing());
+      FERRY_CHECK(winColl_->launch(t));
+    } else {
+      ring.push_back(t);
+    }
   }
-  if (ring.empty()) return ncclSuccess;
-  FERRY_CHECK(coll_->launch(ring));
-  ringColls_ += ring.size();
-  return ncclSuccess;
+  return flushRing();
 }
 
 std::vector<CollTask> Communicator::ringTasks(const std::vector<CollTask>& tasks) const {
-  if (!hier_) return tasks;
   std::vector<CollTask> ring;
   for (const CollTask& t : tasks) {
-    if (!hier_->chosen(t)) ring.push_back(t);
+    if (!(hier_ && hier_->chosen(t)) && !(winColl_ && winColl_->chosen(t))) ring.push_back(t);
   }
   return ring;
 }
 
-double Communicator::hierEstimateUs(const std::vector<CollTask>& tasks) const {
+double Communicator::offRingEstimateUs(const std::vector<CollTask>& tasks) const {
   double us = 0;
   for (const CollTask& t : tasks) {
-    if (hier_ && hier_->chosen(t)) us += hier_->estimateUs(t);
+    if (hier_ && hier_->chosen(t)) {
+      us += hier_->estimateUs(t);
+    } else if (winColl_ && winColl_->chosen(t)) {
+      us += winColl_->estimateUs(t);
+    }
   }
   return us;
 }
 
 uint64_t Communicator::heldBytes() const {
-  return (coll_ ? coll_->regionBytes() : 0) + (hier_ ? hier_->regionBytes() : 0);
+  return (coll_ ? coll_->regionBytes() : 0) + (hier_ ? hier_->regionBytes() : 0) +
+         (winColl_ ? winColl_->regionBytes() : 0);
 }
 
 uint64_t Communicator::collectiveFifoBytes() const {
@@ -250,6 +261,7 @@ void Communicator::peerFailed(int peer, const std::string& why) {
   // waits of this rank's streams. Both return at once.
   if (coll_) coll_->abortKernels();
   if (hier_) hier_->abort();
+  if (winColl_) winColl_->abort();
   if (p2p_) p2p_->failAll();
   if (peerFailedHook_) peerFailedHook_(peer, why);
 }
@@ -260,6 +272,7 @@ Status Communicator::revoke() {
              static_cast<void*>(this), rank_);
   if (coll_) coll_->abortKernels();
   if (hier_) hier_->abort();
+  if (winColl_) winColl_->abort();
   if (p2p_) p2p_->failAll();
   Status c = shutdownColl(true);
   Status p = shutdownP2p(true);
@@ -276,9 +289,10 @@ Status Communicator::shutdownColl(bool abort) {
   if (!coll_) return ncclSuccess;
   if (abort) coll_->abortKernels();
   Status h = hier_ ? hier_->shutdown(abort) : ncclSuccess;
+  Status w = winColl_ ? winColl_->shutdown(abort) : ncclSuccess;
   int64_t limit = params_.getInt(ParamId::CollTimeout);
   Status s = coll_->shutdown(limit > 0 ? limit * 1000 : INT64_MAX / 1000000);
-  return s != ncclSuccess ? s : h;
+  return s != ncclSuccess ? s : (h != ncclSuccess ? h : w);
 }
 
 void Communicator::startInitThread(std::function<void()> job) {
@@ -291,6 +305,7 @@ void Communicator::abort() {
   waitInit();
   if (coll_) coll_->abortKernels();
   if (hier_) hier_->abort();
+  if (winColl_) winColl_->abort();
 }
 
 void Communicator::waitInit() {

@@ -26,6 +26,7 @@
 #include "coll/coll_engine.h"
 #include "comm/hier_allreduce.h"
 #include "comm/liveness.h"
+#include "comm/window_coll.h"
 #include "comm/windows.h"
 #include "comm/config.h"
 #include "core/cpu_profile.h"
@@ -104,12 +105,13 @@ class Communicator {
   // The collective engine (null until init succeeded).
   CollEngine* coll() const { return coll_.get(); }
   // Launches one group's collectives of this communicator in call order:
-  // each on the ring, or hierarchically (comm/hier_allreduce.h).
+  // each on the ring, hierarchically (comm/hier_allreduce.h) or between
+  // symmetric windows (comm/window_coll.h).
   [[nodiscard]] Status launchColl(const std::vector<CollTask>& tasks);
   // The tasks of `tasks` that run on this communicator's own ring, and the
-  // estimated time of the others (hierarchical all-reduces).
+  // estimated time of the others.
   std::vector<CollTask> ringTasks(const std::vector<CollTask>& tasks) const;
-  double hierEstimateUs(const std::vector<CollTask>& tasks) const;
+  double offRingEstimateUs(const std::vector<CollTask>& tasks) const;
   // Memory held for collectives and kernel p2p, the internal communicators'
   // included, and of it the collective FIFOs (ncclFerryCommMemory).
   uint64_t heldBytes() const;
@@ -117,6 +119,7 @@ class Communicator {
   // Collectives launched on the ring / hierarchically (owner thread).
   uint64_t ringCollCount() const { return ringColls_; }
   uint64_t hierCollCount() const { return hierColls_; }
+  uint64_t windowCollCount() const { return winColl_ ? winColl_->launched() : 0; }
   // Called at the end of peerFailed (before init only): an internal
   // communicator tells its parent.
   void setPeerFailedHook(std::function<void(int peer, const std::string& why)> hook) {
@@ -154,6 +157,8 @@ class Communicator {
   // Spanning hosts only; destroyed before coll_ (its communicators call
   // back into this one).
   std::unique_ptr<HierAllReduce> hier_;
+  // Separate processes on one host; destroyed before the engines too.
+  std::unique_ptr<WindowColl> winColl_;
   std::function<void(int, const std::string&)> peerFailedHook_;
   bool collectivesOnly_ = false;
   CpuProfile profile_;

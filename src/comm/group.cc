@@ -41,15 +41,40 @@ void startInBackground(GroupJob& job) {
   job.comm->startInitThread([run]() { (void)run(); });
 }
 
-// Runs blocking jobs concurrently (each rank's init waits for the others, so
-// they cannot run one after another) and returns the first failure.
+// Runs blocking jobs, one thread per communicator, and returns the first
+// failure. Communicators run concurrently (each rank's init or
+// registration waits for the others, so one thread could not run them one
+// after another); one communicator's jobs run in call order on its thread:
+// two window registrations of one communicator in one group (nccl-tests -R
+// 2 registers its send and receive buffers so) are two collective steps
+// every rank must take in the same order, and concurrently their bootstrap
+// exchanges would pair one rank's first with another's second.
 Status runConcurrently(std::vector<GroupJob>& jobs) {
-  if (jobs.size() == 1) return jobs[0].run();
-  std::vector<Status> results(jobs.size(), ncclSuccess);
+  std::vector<std::vector<GroupJob*>> perComm;
+  for (GroupJob& job : jobs) {
+    auto it = std::find_if(perComm.begin(), perComm.end(),
+                           [&job](const auto& list) { return list[0]->comm == job.comm; });
+    if (it == perComm.end()) {
+      perComm.push_back({&job});
+    } else {
+      it->push_back(&job);
+    }
+  }
+  auto runInOrder = [](const std::vector<GroupJob*>& list) {
+    Status first = ncclSuccess;
+    for (GroupJob* job : list) {
+      Status s = job->run();  // each later one runs too: its peers are waiting for it
+      if (first == ncclSuccess) first = s;
+    }
+    return first;
+  };
+  if (perComm.size() == 1) return runInOrder(perComm[0]);
+  std::vector<Status> results(perComm.size(), ncclSuccess);
   std::vector<std::thread> threads;
-  threads.reserve(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    threads.emplace_back([&jobs, &results, i]() { results[i] = jobs[i].run(); });
+  threads.reserve(perComm.size());
+  for (size_t i = 0; i < perComm.size(); ++i) {
+    threads.emplace_back(
+        [&perComm, &results, &runInOrder, i]() { results[i] = runInOrder(perComm[i]); });
   }
   for (std::thread& t : threads) t.join();
   for (Status s : results) {
@@ -194,7 +219,7 @@ double estimateUs(const std::vector<std::pair<Communicator*, std::vector<CollTas
     const std::vector<CollTask>& tasks = ci != coll.end() ? ci->second : noColl;
     double us = estimateGroupUs(c->topology(), c->runtime()->kind() == rt::RuntimeKind::Host,
                                 c->ringTasks(tasks), pi != p2p.end() ? pi->second : noP2p) +
-                c->hierEstimateUs(tasks);
+                c->offRingEstimateUs(tasks);
     slowest = std::max(slowest, us);
   }
   return slowest;

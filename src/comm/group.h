@@ -20,7 +20,8 @@ class Communicator;
 
 // A collective step deferred to the group's end: a communicator's init
 // (`run` must end in comm->runInit or comm->failInit) or a window
-// registration (blocking). The group's blocking jobs run concurrently.
+// registration (blocking). The group's blocking jobs run concurrently
+// across communicators and in call order within one.
 struct GroupJob {
   Communicator* comm = nullptr;
   bool blocking = true;

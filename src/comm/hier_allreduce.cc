@@ -4,6 +4,7 @@
 
 #include "comm/communicator.h"
 #include "comm/cost_model.h"
+#include "comm/internal_comm.h"
 #include "core/log.h"
 #include "runtime/device_scope.h"
 
@@ -125,41 +126,15 @@ double HierAllReduce::estimateUs(const CollTask& t) const {
 
 Status HierAllReduce::makeComm(const std::vector<int>& members, uint32_t tag,
                                std::unique_ptr<Communicator>* slot) {
-  const int me = static_cast<int>(std::find(members.begin(), members.end(), parent_->rank()) -
-                                  members.begin());
-  boot::Bootstrap* boot = parent_->bootstrap();
-  ncclUniqueId id;
-  if (me == 0) {
-    FERRY_CHECK(boot::createFreshUniqueId(parent_->params(), &id));
-    for (size_t i = 1; i < members.size(); ++i) {
-      FERRY_CHECK(boot->send(members[i], tag, &id, sizeof(id)));
-    }
-  } else {
-    FERRY_CHECK(boot->recv(members[0], tag, &id, sizeof(id)));
-  }
   // This communicator's liveness ring watches every rank already, and the
-  // internal ones carry no point-to-point (setCollectivesOnly: no p2p
+  // internal ones carry no point-to-point (collectives only: no p2p
   // connections or FIFOs; the knobs keep any later p2p logic from acting).
   const Params params = parent_->params()
                             .withValue(ParamId::Liveness, "0")
                             .withValue(ParamId::PassSm, "1")
                             .withValue(ParamId::P2pKernelAcrossHosts, "0");
-  auto c = std::make_unique<Communicator>(params,
-                                          parent_->config(), parent_->runtime(),
-                                          static_cast<int>(members.size()), me, parent_->device());
-  c->setCollectivesOnly();
-  Communicator* parent = parent_;
-  c->setPeerFailedHook([parent, members](int peer, const std::string& why) {
-    const bool known = peer >= 0 && peer < static_cast<int>(members.size());
-    parent->peerFailed(known ? members[peer] : -1, "in the hierarchical all-reduce: " + why);
-  });
-  Communicator* raw = c.get();
-  {
-    // Published before init, so that abort() can stop it.
-    std::lock_guard<std::mutex> lock(mu_);
-    *slot = std::move(c);
-  }
-  return raw->runInit({id});
+  return makeInternalComm(parent_, members, tag, params, true, "the hierarchical all-reduce", mu_,
+                          slot);
 }
 
 Status HierAllReduce::ensureComms() {

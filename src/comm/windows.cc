@@ -89,6 +89,11 @@ Status WindowTable::add(void* buffer, uint64_t size, int flags, Window** out) {
   w->size = size;
   w->flags = flags;
   w->mappable = mappable;
+  w->collReady = (flags & NCCL_WIN_COLL_SYMMETRIC) != 0 && n > 1;
+  for (int q = 0; q < n; ++q) {
+    const bool reached = q == me || comm_->p2p()->mapsPeerMemory(q);
+    w->collReady = w->collReady && infos[q].mappable != 0 && reached;
+  }
   for (int q = 0; q < n; ++q) {
     if (q == me || infos[q].mappable == 0 || !comm_->p2p()->mapsPeerMemory(q)) continue;
     std::shared_ptr<PeerMapping> m;
@@ -103,9 +108,9 @@ Status WindowTable::add(void* buffer, uint64_t size, int flags, Window** out) {
   }
   FERRY_INFO(kLogInit | kLogP2p,
              "window %p (%llu bytes, flags 0x%x): %d peer window(s) mapped; this buffer %s "
-             "mappable by peer processes",
+             "mappable by peer processes; collectives %s copy between the windows",
              buffer, static_cast<unsigned long long>(size), flags, w->peersMapped,
-             mappable ? "is" : "is not");
+             mappable ? "is" : "is not", w->collReady ? "may" : "do not");
   std::lock_guard<std::mutex> lock(mu_);
   *out = w.get();
   windows_.push_back(std::move(w));
@@ -138,6 +143,18 @@ Status WindowTable::find(Window* w, const Window** out) const {
     }
   }
   FERRY_FAIL(ncclInvalidArgument, "%p is not a window of this communicator", static_cast<void*>(w));
+}
+
+const Window* WindowTable::collWindowHolding(const void* p, uint64_t bytes) const {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : windows_) {
+    const auto base = reinterpret_cast<uintptr_t>(w->buffer);
+    if (w->collReady && at >= base && bytes <= w->size && at - base <= w->size - bytes) {
+      return w.get();
+    }
+  }
+  return nullptr;
 }
 
 void WindowTable::clear() {

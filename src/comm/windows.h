@@ -6,8 +6,10 @@
 // What a window buys today: SM-free point-to-point from or into window
 // memory is zero-copy with no mapping on its first message (the peer's
 // allocation is already in the process-wide table of peer mappings,
-// enqueue/peer_memory.h, and stays mapped while the window lives). Kernels
-// (collectives, kernel p2p) do not use windows yet.
+// enqueue/peer_memory.h, and stays mapped while the window lives); large
+// all-gathers and broadcasts into symmetric windows copy straight between
+// the ranks' windows (comm/window_coll.h). Kernels (ring collectives,
+// kernel p2p) do not use windows.
 //
 // Registration is collective (one bootstrap all-gather): every rank
 // publishes its buffer, size, flags and whether its arguments were valid,
@@ -41,6 +43,11 @@ struct Window {
   int flags = 0;
   int peersMapped = 0;    // peers whose window this process mapped at registration
   bool mappable = false;  // peer processes can map this buffer
+  // NCCL_WIN_COLL_SYMMETRIC, every rank's buffer mappable by its peers and
+  // every peer reached through mapped memory: collectives may copy straight
+  // between the ranks' windows (comm/window_coll.h). Decided from what
+  // every rank published, so the same on every rank.
+  bool collReady = false;
   std::vector<std::shared_ptr<PeerMapping>> mappings;
 };
 
@@ -54,6 +61,8 @@ class WindowTable {
   [[nodiscard]] Status remove(Window* w);
   // *out: `w` when it is a live window of this communicator.
   [[nodiscard]] Status find(Window* w, const Window** out) const;
+  // The collReady window holding all of [p, p + bytes), or null.
+  const Window* collWindowHolding(const void* p, uint64_t bytes) const;
   // Drops every window (the communicator is going away).
   void clear();
   size_t size() const;

@@ -31,6 +31,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::P2pLlLaneBytes,
     ParamId::P2pLlThreshold,
     ParamId::Proto,
+    ParamId::WinCollMinBytes,
     ParamId::Algo,
     ParamId::CollChannels,
     ParamId::CollSlots,

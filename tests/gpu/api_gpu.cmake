@@ -30,3 +30,7 @@ ferry_gpu_memory_test(gpu.api.window.n2 2 2 window)
 # Window sends must go straight from window to window: no staging of sends
 # that arrive before their receiver (the lazy-loading default on CUDA).
 set_tests_properties(gpu.api.window.n2 PROPERTIES ENVIRONMENT FERRY_P2P_STAGE_SENDS=0)
+# Window collectives (comm/window_coll.h) at the default threshold, under
+# lazy loading as users run them (a send that arrives first is staged).
+ferry_gpu_memory_test(gpu.api.wincoll.n2 2 2 wincoll)
+set_tests_properties(gpu.api.wincoll.n2 PROPERTIES ENVIRONMENT FERRY_WIN_COLL_MIN_BYTES=16777216)

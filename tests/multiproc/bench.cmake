@@ -21,6 +21,15 @@ foreach(op all_reduce all_gather reduce_scatter broadcast reduce alltoall sendre
     $<TARGET_FILE:ferry-bench> ${op} -b 8 -e 64K -f 4 -w 1 -n 3 --lib $<TARGET_FILE:nccl>)
 endforeach()
 
+# --window: ncclMemAlloc buffers registered as symmetric windows (send and
+# receive in one group, as nccl-tests -R 2); all-gathers and broadcasts
+# above FERRY_WIN_COLL_MIN_BYTES copy straight into the peers' windows.
+ferry_bench_test(bench.window.n3 0 "#wrong total 0$" "FAILED|wrong elements|failed"
+  $<TARGET_FILE:ferry-run> -n 3 --runtime host --timeout 50
+  $<TARGET_FILE:ferry-bench> all_gather,broadcast,all_reduce,sendrecv -b 1K -e 1M -f 32 -w 1 -n 2
+  --window --lib $<TARGET_FILE:nccl>)
+set_tests_properties(bench.window.n3 PROPERTIES ENVIRONMENT "FERRY_RUNTIME=host;FERRY_WIN_COLL_MIN_BYTES=32768")
+
 # --compare under ferry-run: two children per rank, rendezvous on the
 # launcher's port, fresh bootstrap ports per library.
 ferry_bench_test(bench.compare.ferry.n2 0 "# comparison: A = " "FAILED|wrong elements"

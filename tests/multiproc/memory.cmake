@@ -17,6 +17,11 @@ ferry_memory_test(api.many_comms.eager.n2 2 many 8)
 set_tests_properties(api.many_comms.eager.n2 PROPERTIES ENVIRONMENT NCCL_RUNTIME_CONNECT=0)
 ferry_memory_test(api.window.n2 2 window)
 ferry_memory_test(api.window.n3 3 window)
+# Window collectives (comm/window_coll.h): 256 KiB shards stand for the
+# default 16 MiB threshold on the host runtime.
+ferry_memory_test(api.wincoll.n2 2 wincoll)
+ferry_memory_test(api.wincoll.n3 3 wincoll)
+set_tests_properties(api.wincoll.n2 api.wincoll.n3 PROPERTIES ENVIRONMENT FERRY_WIN_COLL_MIN_BYTES=262144)
 # Two emulated hosts: no kernel p2p (init holds nothing), Simple only.
 add_test(NAME api.many_comms.hosts.2x2
   COMMAND $<TARGET_FILE:ferry-run> -n 4 --hosts 2 --runtime host --timeout 200

@@ -13,6 +13,9 @@
 //     between them are zero-copy; registration inside a group; a rank with
 //     bad arguments (or unequal symmetric sizes) fails every rank's call and
 //     the communicator keeps working; bad handles on deregistration.
+//   wincoll: all-gathers and broadcasts into a symmetric window above
+//     FERRY_WIN_COLL_MIN_BYTES copy straight between the windows (not the
+//     ring), checked element-wise, in and out of place, every root.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -214,15 +217,23 @@ void caseWindow(const Ctx& ctx) {
       recvMem(bytes, BufferKind::Mapped);  // ncclMemAlloc
   void* sendBuf = sendMem.data();
   void* recvBuf = recvMem.data();
-  ncclWindow_t sendWin = nullptr, recvWin = nullptr;
+  ncclWindow_t sendWin = nullptr, recvWin = nullptr, extraWin = nullptr;
   EXPECT_OK(ncclCommWindowRegister(world, sendBuf, bytes, &sendWin, NCCL_WIN_COLL_SYMMETRIC));
-  // Inside a group the handle is filled at ncclGroupEnd.
+  // Inside a group the handle is filled at ncclGroupEnd. Two registrations
+  // of one communicator in one group (nccl-tests -R 2 does so) run in call
+  // order on every rank: run together, one rank's first would pair with
+  // another's second (different flags and sizes here: refused).
+  TestBuffer extraMem(bytes / 2 + 4096, BufferKind::Mapped);
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclCommWindowRegister(world, recvBuf, bytes, &recvWin, NCCL_WIN_DEFAULT));
+  EXPECT_OK(ncclCommWindowRegister(world, extraMem.data(), extraMem.size(), &extraWin,
+                                   NCCL_WIN_COLL_SYMMETRIC));
   EXPECT_TRUE(recvWin == nullptr, "a window registered inside a group exists before its end");
   EXPECT_OK(ncclGroupEnd());
-  EXPECT_TRUE(sendWin != nullptr && recvWin != nullptr, "windows %p %p",
-              static_cast<void*>(sendWin), static_cast<void*>(recvWin));
+  EXPECT_TRUE(sendWin != nullptr && recvWin != nullptr && extraWin != nullptr, "windows %p %p %p",
+              static_cast<void*>(sendWin), static_cast<void*>(recvWin),
+              static_cast<void*>(extraWin));
+  if (extraWin != nullptr) EXPECT_OK(ncclCommWindowDeregister(world, extraWin));
   for (ncclWindow_t w : {sendWin, recvWin}) {
     int mapped = -1, mappable = -1;
     EXPECT_OK(ncclFerryWindowInfo(world, w, &mapped, &mappable));
@@ -273,8 +284,111 @@ void caseWindow(const Ctx& ctx) {
   EXPECT_OK(ncclCommDestroy(world));
 }
 
+// Every element of `got` against valueOf(seed, who(i), i - first(i)),
+// i.e. the shards of all-gather / broadcast laid out in `got`.
+void checkShards(const std::vector<float>& got, size_t shard, int nshards, uint64_t seed,
+                 const std::function<int(int)>& whoOfShard, const char* what) {
+  int bad = 0;
+  for (int k = 0; k < nshards; ++k) {
+    for (size_t i = 0; i < shard; ++i) {
+      const float want = valueOf(seed, whoOfShard(k), i);
+      const float v = got[static_cast<size_t>(k) * shard + i];
+      if (v != want && bad++ < 3) {
+        EXPECT_TRUE(false, "%s: shard %d element %zu is %g, expected %g", what, k, i, v, want);
+      }
+    }
+  }
+}
+
+unsigned long long ringCollectives(ncclComm_t comm) {
+  unsigned long long ring = 0, hier = 0;
+  EXPECT_OK(ncclFerryCommAlgoStats(comm, &ring, &hier));
+  return ring;
+}
+
+// Large all-gathers and broadcasts into a symmetric window copy straight
+// between the ranks' windows (comm/window_coll.h): results checked element
+// by element (fresh data per round, outputs poisoned), in and out of place,
+// every root; none of them runs on the ring, while the same collective
+// below FERRY_WIN_COLL_MIN_BYTES (set by the test's environment), or into
+// memory outside the window, does.
+void caseWindowColl(const Ctx& ctx) {
+  const int n = ctx.env.nranks, me = ctx.env.rank;
+  ncclComm_t world = worldComm(ctx);
+  const uint64_t seed = agreedSeed(world, ctx);
+  const char* minEnv = getenv("FERRY_WIN_COLL_MIN_BYTES");
+  const size_t minBytes = minEnv != nullptr ? strtoull(minEnv, nullptr, 10) : 0;
+  EXPECT_TRUE(minBytes >= 4096, "set FERRY_WIN_COLL_MIN_BYTES (bytes) for this case");
+  const size_t shard = minBytes / sizeof(float) + seed % 1024;  // floats per rank
+  const size_t bytes = shard * sizeof(float);
+  TestBuffer win(bytes * n, BufferKind::Mapped), send(bytes, BufferKind::Mapped);
+  ncclWindow_t w = nullptr;
+  EXPECT_OK(ncclCommWindowRegister(world, win.data(), bytes * n, &w, NCCL_WIN_COLL_SYMMETRIC));
+  std::vector<float> host(shard * n);
+  char* out = static_cast<char*>(win.data());
+  const unsigned long long ringBefore = ringCollectives(world);
+  for (int round = 0; round < 4; ++round) {
+    const uint64_t rs = seed + 31 * static_cast<uint64_t>(round);
+    const bool inPlace = round % 2 == 1;
+    std::vector<float> mine(shard);
+    for (size_t i = 0; i < shard; ++i) mine[i] = valueOf(rs, me, i);
+    std::vector<float> poison(shard * n, -1e30f);
+    win.upload(poison.data(), bytes * n);
+    void* src = inPlace ? static_cast<void*>(out + bytes * me) : send.data();
+    if (inPlace) {
+      win.upload(mine.data(), bytes, bytes * me);
+    } else {
+      send.upload(mine.data(), bytes);
+    }
+    EXPECT_OK(ncclAllGather(src, win.data(), shard, ncclFloat, world, nullptr));
+    EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+    win.download(host.data(), bytes * n);
+    checkShards(
+        host, shard, n, rs, [](int k) { return k; },
+        inPlace ? "window all-gather in place" : "window all-gather");
+  }
+  for (int root = 0; root < n; ++root) {
+    const uint64_t rs = seed + 1000 + static_cast<uint64_t>(root);
+    const bool inPlace = root % 2 == 0;
+    std::vector<float> data(shard), poison(shard, -1e30f);
+    for (size_t i = 0; i < shard; ++i) data[i] = valueOf(rs, root, i);
+    win.upload(poison.data(), bytes);
+    if (me == root) (inPlace ? win : send).upload(data.data(), bytes);
+    void* src = inPlace ? win.data() : send.data();
+    EXPECT_OK(ncclBroadcast(src, win.data(), shard, ncclFloat, root, world, nullptr));
+    EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+    std::vector<float> got(shard);
+    win.download(got.data(), bytes);
+    checkShards(
+        got, shard, 1, rs, [root](int) { return root; }, "window broadcast");
+  }
+  EXPECT_TRUE(ringCollectives(world) == ringBefore, "%llu window collectives ran on the ring",
+              ringCollectives(world) - ringBefore);
+  // Below the threshold, and outside any window: the ring.
+  checkAllReduce(world, n, 777 + seed % 100, seed + 5, "all-reduce beside window collectives");
+  const size_t small = 1000 + seed % 100;
+  std::vector<float> mine(small), got(small * n);
+  for (size_t i = 0; i < small; ++i) mine[i] = valueOf(seed + 7, me, i);
+  send.upload(mine.data(), small * sizeof(float));
+  EXPECT_OK(ncclAllGather(send.data(), win.data(), small, ncclFloat, world, nullptr));
+  TestBuffer plain(bytes * n, BufferKind::Plain);
+  EXPECT_OK(ncclAllGather(send.data(), plain.data(), small, ncclFloat, world, nullptr));
+  EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+  win.download(got.data(), small * sizeof(float) * n);
+  checkShards(
+      got, small, n, seed + 7, [](int k) { return k; }, "small all-gather into a window");
+  plain.download(got.data(), small * sizeof(float) * n);
+  checkShards(
+      got, small, n, seed + 7, [](int k) { return k; }, "all-gather outside windows");
+  EXPECT_TRUE(ringCollectives(world) == ringBefore + 3, "%llu ring collectives, expected 3",
+              ringCollectives(world) - ringBefore);
+  EXPECT_OK(ncclCommWindowDeregister(world, w));
+  EXPECT_OK(ncclCommDestroy(world));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ferry::test::runCases(argc, argv, {{"many", caseMany}, {"window", caseWindow}});
+  return ferry::test::runCases(
+      argc, argv, {{"many", caseMany}, {"window", caseWindow}, {"wincoll", caseWindowColl}});
 }

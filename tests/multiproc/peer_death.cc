@@ -24,6 +24,9 @@
 //            from the closed connection, which the child must not hold open
 //   shrink   coll, then the survivors shrink the communicator without the
 //            dead rank (NCCL_SHRINK_ABORT) and run verified groups on it
+//   wincoll  an all-gather into a symmetric window (comm/window_coll.h:
+//            SM-free copies on an internal communicator, which has no
+//            liveness ring of its own) + SM-free ring; SIGKILL
 //   graceful the victim leaves after its last group and exits normally
 //            without destroying its communicator; the survivors go on
 //            with a ring among themselves (300 groups) and must see no error
@@ -74,6 +77,7 @@ struct Mode {
   bool graceful = false;
   bool shrink = false;
   bool forked = false;
+  bool wincoll = false;  // the group's collective: an all-gather into a window
 };
 
 Mode parseMode(const char* s) {
@@ -87,6 +91,7 @@ Mode parseMode(const char* s) {
   m.graceful = m.name == "graceful";
   m.shrink = m.name == "shrink";
   m.forked = m.name == "forked";
+  m.wincoll = m.name == "wincoll";
   return m;
 }
 
@@ -101,9 +106,13 @@ float valueOf(int rank, int iter, size_t i) {
 
 struct Buffers {
   std::vector<float> arSend, arRecv, p2pSend, p2pRecv;
+  float* win = nullptr;  // wincoll: kRanks shards of kWinShard, a symmetric window
   explicit Buffers(size_t p2pElems)
       : arSend(1 << 16), arRecv(1 << 16), p2pSend(p2pElems), p2pRecv(p2pElems) {}
 };
+// Floats per rank in wincoll's all-gather: 256 KiB, above the
+// FERRY_WIN_COLL_MIN_BYTES the test sets (liveness.cmake).
+constexpr size_t kWinShard = size_t{1} << 16;
 
 // One group: [all-reduce] + send to `next`, receive from `prev`.
 ncclResult_t runGroup(const Mode& m, ncclComm_t comm, cudaStream_t s, Buffers& b, int next,
@@ -113,6 +122,9 @@ ncclResult_t runGroup(const Mode& m, ncclComm_t comm, cudaStream_t s, Buffers& b
   if (m.coll) {
     r = ncclAllReduce(b.arSend.data(), b.arRecv.data(), b.arSend.size(), ncclFloat, ncclSum, comm,
                       s);
+  }
+  if (r == ncclSuccess && b.win != nullptr) {
+    r = ncclAllGather(b.p2pSend.data(), b.win, kWinShard, ncclFloat, comm, s);
   }
   if (r == ncclSuccess) r = ncclSend(b.p2pSend.data(), b.p2pSend.size(), ncclFloat, next, comm, s);
   if (r == ncclSuccess) r = ncclRecv(b.p2pRecv.data(), b.p2pRecv.size(), ncclFloat, prev, comm, s);
@@ -125,6 +137,7 @@ void fill(Buffers& b, int rank, int iter) {
   for (size_t i = 0; i < b.p2pSend.size(); ++i) b.p2pSend[i] = valueOf(rank, iter + 1000, i);
   std::fill(b.arRecv.begin(), b.arRecv.end(), -7777.0f);  // poison
   std::fill(b.p2pRecv.begin(), b.p2pRecv.end(), -7777.0f);
+  if (b.win != nullptr) std::fill(b.win, b.win + kWinShard * kRanks, -7777.0f);
 }
 
 bool verify(const Mode& m, const Buffers& b, int prev, int iter) {
@@ -137,6 +150,11 @@ bool verify(const Mode& m, const Buffers& b, int prev, int iter) {
   }
   for (size_t i = 0; i < b.p2pRecv.size(); ++i) {
     if (b.p2pRecv[i] != valueOf(prev, iter + 1000, i)) return false;
+  }
+  for (size_t i = 0; b.win != nullptr && i < kWinShard * kRanks; ++i) {
+    if (b.win[i] != valueOf(static_cast<int>(i / kWinShard), iter + 1000, i % kWinShard)) {
+      return false;
+    }
   }
   return true;
 }
@@ -282,6 +300,16 @@ int runRank(const Mode& m, const ncclUniqueId& id, int rank, Shared* sh) {
   cudaStream_t s = nullptr;  // coll: the NULL stream, as the reproducer
   if (m.name != "coll" && ncclFerryStreamCreate(&s) != ncclSuccess) return 3;
   Buffers b(m.p2pBytes / sizeof(float));
+  ncclWindow_t win = nullptr;
+  if (m.wincoll) {  // host runtime: ncclMemAlloc memory is host-addressable
+    void* p = nullptr;
+    const size_t bytes = kWinShard * kRanks * sizeof(float);
+    if (ncclMemAlloc(&p, bytes) != ncclSuccess) return 3;
+    if (ncclCommWindowRegister(comm, p, bytes, &win, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess) {
+      return 3;
+    }
+    b.win = static_cast<float*>(p);
+  }
   const int next = (rank + 1) % kRanks, prev = (rank + kRanks - 1) % kRanks;
   auto start = Clock::now();
   for (int iter = 0; secondsSince(start) < 60.0; ++iter) {

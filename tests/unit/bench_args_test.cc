@@ -42,6 +42,7 @@ TEST(BenchArgs, Defaults) {
   EXPECT_EQ(o.inPlace, InPlaceMode::Both);
   EXPECT_TRUE(o.check);
   EXPECT_FALSE(o.overlap);
+  EXPECT_FALSE(o.window);
   EXPECT_EQ(o.gemmSize, 8192u);
   EXPECT_TRUE(o.lib.empty());
 }
@@ -77,6 +78,7 @@ TEST(BenchArgs, EveryOption) {
                      "--json",
                      "out.json",
                      "--overlap",
+                     "--window",
                      "--gemm-size",
                      "4K",
                      "--seed",
@@ -100,6 +102,7 @@ TEST(BenchArgs, EveryOption) {
   EXPECT_EQ(o.compare, "/b/libnccl.so.2");
   EXPECT_EQ(o.json, "out.json");
   EXPECT_TRUE(o.overlap);
+  EXPECT_TRUE(o.window);
   EXPECT_EQ(o.gemmSize, 4096u);
   EXPECT_TRUE(o.seedSet);
   EXPECT_EQ(o.seed, 42u);
@@ -211,6 +214,7 @@ TEST(BenchArgs, ChildArgsRoundTrip) {
                      "--inplace",
                      "no",
                      "--overlap",
+                     "--window",
                      "--gemm-size",
                      "1024",
                      "--compare",
@@ -240,6 +244,7 @@ TEST(BenchArgs, ChildArgsRoundTrip) {
   EXPECT_EQ(back.check, o.check);
   EXPECT_EQ(back.inPlace, o.inPlace);
   EXPECT_EQ(back.overlap, o.overlap);
+  EXPECT_TRUE(back.window);
   EXPECT_EQ(back.gemmSize, o.gemmSize);
   EXPECT_EQ(back.lib, o.lib);
   EXPECT_EQ(back.jsonOut, o.jsonOut);

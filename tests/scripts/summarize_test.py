@@ -1,0 +1,107 @@
+"""Checks scripts/real_clients/summarize.py on made-up RESULT logs: a
+planned case without a result fails, an unplanned one is left out, and
+repeated modes (-r2, or the same tag in a second log) fold into medians
+whose Ferry/NCCL ratios are the ones computed here by hand."""
+import contextlib
+import io
+import json
+import os
+import random
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "real_clients"))
+import summarize  # noqa: E402
+
+
+def line(tag, case, rank, ok=True, **fields):
+    rec = {"case": case, "rank": rank, "tag": tag, "lib": "nccl" if tag.startswith("nccl") else "ferry",
+           "ok": ok}
+    rec.update(fields)
+    return "RESULT " + json.dumps(rec)
+
+
+def write_log(d, name, lines):
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def run(paths):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = summarize.main_with(paths)
+    return rc, out.getvalue()
+
+
+def row(text, header_start, key):
+    """The cells of row `key` in the table whose header starts with header_start."""
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith(header_start))
+    for l in lines[start + 2:]:
+        if not l.startswith("|"):
+            break
+        cells = [c.strip() for c in l.strip("|").split("|")]
+        if cells[0] == key:
+            return cells[1:]
+    raise AssertionError(f"no row {key!r} under {header_start!r}:\n{text}")
+
+
+def main():
+    rnd = random.Random(os.getpid())
+    failures = []
+
+    def expect(cond, what):
+        if not cond:
+            failures.append(what)
+
+    # Step times per run (two ranks each; the slower one counts). ferry-lazy@1
+    # is the same tag met again in a second log: a run of its own.
+    steps = {tag: [rnd.uniform(5, 30) for _ in range(2)]
+             for tag in ("nccl-lazy", "ferry-lazy", "nccl-lazy-r2", "ferry-lazy-r2", "ferry-lazy@1")}
+    with tempfile.TemporaryDirectory() as d:
+        def mode_lines(tag, step_key):
+            out = [line(tag, "library", r, planned=["pipe.GPipe"]) for r in (0, 1)]
+            out += [line(tag, "pipe.GPipe", r, step_ms=steps[step_key][r]) for r in (0, 1)]
+            return out
+
+        first = []
+        for tag in ("nccl-lazy", "ferry-lazy", "nccl-lazy-r2", "ferry-lazy-r2"):
+            first += mode_lines(tag, tag)
+        # A mode that planned a2a and ended before its result: a2a is
+        # "missing" there, pipe.GPipe (not planned) "-".
+        first += [line("kernel-lazy", "library", r, planned=["a2a"]) for r in (0, 1)]
+        p1 = write_log(d, "call1.log", first)
+        p2 = write_log(d, "call2.log", mode_lines("ferry-lazy", "ferry-lazy@1"))
+        rc, text = run([p1, p2])
+
+    cells = row(text, "| case |", "a2a")
+    expect("missing" in cells, f"a planned case without a result is not 'missing': {cells}")
+    cells = row(text, "| case |", "pipe.GPipe")
+    expect("-" in cells, f"an unplanned case is not '-': {cells}")
+    expect(rc == 1 and "1 failing cell(s)" in text, f"exit {rc}, expected exactly one failing cell")
+
+    def med(*tags):
+        return sorted(max(steps[t]) for t in tags)[len(tags) // 2] if len(tags) % 2 else \
+            sum(sorted(max(steps[t]) for t in tags)[len(tags) // 2 - 1:len(tags) // 2 + 1]) / 2
+
+    want = med("ferry-lazy", "ferry-lazy-r2", "ferry-lazy@1") / med("nccl-lazy", "nccl-lazy-r2")
+    got = row(text, "| Ferry/NCCL time", "pipe.GPipe step_ms")[0]
+    expect(got == f"{want:.2f}", f"Ferry/NCCL median ratio {got}, computed {want:.2f}")
+    runs = row(text, "| median over runs", "pipe.GPipe step_ms")
+    expect(runs[0].endswith("(2)") and runs[1].endswith("(3)"),
+           f"runs folded per mode: {runs} (expected nccl-lazy 2, ferry-lazy 3)")
+
+    for f in failures:
+        print("FAIL", f)
+    if failures:
+        print(text)
+        return 1
+    print("PASS summarize: planned/missing cells and folded medians")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
