@@ -197,7 +197,7 @@ Status split(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfi
   std::vector<SplitEntry> all(n);
   all[parent->rank()] = SplitEntry{color, key};
   FERRY_CHECK(parent->bootstrap()->allGather(all.data(), sizeof(SplitEntry)));
-  uint32_t tag = boot::kUserTagBase + static_cast<uint32_t>(parent->nextSplitTag() % 0x10000000);
+  uint32_t tag = parent->nextSplitTag();
   *newcomm = nullptr;
   if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
 

@@ -76,7 +76,7 @@ Status shrink(ncclComm_t comm, int* excludeList, int excludeCount, ncclComm_t* n
   // Every caller takes the next tag, an excluded one too, so that later
   // splits and shrinks of the parent still agree on theirs (they are called
   // in the same order on every rank, as NCCL requires).
-  uint32_t tag = boot::kUserTagBase + static_cast<uint32_t>(parent->nextSplitTag() % 0x10000000);
+  uint32_t tag = parent->nextSplitTag();
   if (excluded[parent->rank()]) {
     FERRY_INFO(kLogInit, "%s: rank %d is excluded: no new communicator", fn, parent->rank());
     return ncclSuccess;

@@ -119,7 +119,6 @@ class Communicator {
   // Collectives launched on the ring / hierarchically (owner thread).
   uint64_t ringCollCount() const { return ringColls_; }
   uint64_t hierCollCount() const { return hierColls_; }
-  uint64_t windowCollCount() const { return winColl_ ? winColl_->launched() : 0; }
   // Called at the end of peerFailed (before init only): an internal
   // communicator tells its parent.
   void setPeerFailedHook(std::function<void(int peer, const std::string& why)> hook) {
@@ -135,7 +134,11 @@ class Communicator {
   const std::atomic<bool>* abortFlag() const { return &abortFlag_; }
   // ncclCommWindowRegister's windows (valid once init succeeded).
   WindowTable& windows() { return windows_; }
-  uint64_t nextSplitTag() { return splitCount_++; }
+  // The bootstrap tag of the next communicator made from this one (split,
+  // shrink, internal ones): every rank draws them in the same order.
+  uint32_t nextSplitTag() {
+    return boot::kUserTagBase + static_cast<uint32_t>(splitCount_++ % 0x10000000);
+  }
 
  private:
   [[nodiscard]] Status initSteps(const std::vector<ncclUniqueId>& ids);

@@ -141,10 +141,8 @@ Status HierAllReduce::ensureComms() {
   if (tried_) return made_;
   tried_ = true;
   // Both tags are drawn on every rank, in the same order (split's counter).
-  const uint32_t intraTag =
-      boot::kUserTagBase + static_cast<uint32_t>(parent_->nextSplitTag() % 0x10000000);
-  const uint32_t crossTag =
-      boot::kUserTagBase + static_cast<uint32_t>(parent_->nextSplitTag() % 0x10000000);
+  const uint32_t intraTag = parent_->nextSplitTag();
+  const uint32_t crossTag = parent_->nextSplitTag();
   // The first such all-reduce may be inside the user's graph capture.
   rt::RelaxedCaptureScope relaxed(parent_->runtime());
   made_ = makeComm(intraMembers_, intraTag, &intra_);

@@ -3,7 +3,6 @@
 #include <numeric>
 
 #include "algo/reduce_ops.h"
-#include "bootstrap/bootstrap.h"
 #include "comm/communicator.h"
 #include "comm/cost_model.h"
 #include "comm/internal_comm.h"
@@ -94,8 +93,7 @@ Status WindowColl::ensureComm() {
   if (tried_) return made_;
   tried_ = true;
   // Drawn on every rank in the same order (split's counter).
-  const uint32_t tag =
-      boot::kUserTagBase + static_cast<uint32_t>(parent_->nextSplitTag() % 0x10000000);
+  const uint32_t tag = parent_->nextSplitTag();
   std::vector<int> members(parent_->nranks());
   std::iota(members.begin(), members.end(), 0);
   // Its messages are SM-free by construction; liveness is the parent's.
@@ -127,9 +125,7 @@ Status WindowColl::launch(const CollTask& t) {
                "rank %d: the window collectives' communicator failed: %s", parent_->rank(),
                comm_->failure().c_str());
   }
-  FERRY_CHECK(comm_->p2p()->launch(messages(t)));
-  ++launched_;
-  return ncclSuccess;
+  return comm_->p2p()->launch(messages(t));
 }
 
 double WindowColl::estimateUs(const CollTask& t) const {

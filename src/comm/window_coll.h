@@ -57,7 +57,6 @@ class WindowColl {
   void abort();
   // Waits for (or, with abort, drops) its messages.
   [[nodiscard]] Status shutdown(bool abort);
-  uint64_t launched() const { return launched_; }
   // Memory the internal communicator holds for kernel p2p (owner thread).
   uint64_t regionBytes() const;
 
@@ -71,7 +70,6 @@ class WindowColl {
   uint64_t minBytes_ = 0;
   bool tried_ = false;  // owner thread
   Status made_ = ncclSuccess;
-  uint64_t launched_ = 0;  // owner thread
   mutable std::mutex mu_;  // guards comm_ being set (owner) against abort()
   std::unique_ptr<Communicator> comm_;
 };
