@@ -7,7 +7,7 @@
 # Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; STAGES,
 #   default "clients nccltests gpu", any of those, p2pdiag (the FERRY_PROFILE
 #   and push-wait runs of real_clients.sh), death (real_clients.sh's) and
-#   memory and inittime (device_p2p.sh's) in the order given; clients2 is a second clients
+#   memory, inittime and wincoll (device_p2p.sh's) in the order given; clients2 is a second clients
 #   stage with CLIENT_MODES2, CLIENT_CASES2 (default pipe) and
 #   CLIENT_SCHEDULES2; the
 #   real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
@@ -47,6 +47,7 @@ for st in ${STAGES:-clients nccltests gpu}; do
   death) [ "$(left)" -gt 60 ] && DEATH_TIMEOUT=$(($(left) / 2 - 15)) "$here/real_clients.sh" /tmp/fb death ;;
   memory) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" memory | tail -40 ;;
   inittime) [ "$(left)" -gt 40 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" inittime | tail -10 ;;
+  wincoll) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" wincoll | tail -70 ;;
   nccltests)
     wait $ntb
     if [ "$(left)" -gt 60 ]; then

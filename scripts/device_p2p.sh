@@ -6,6 +6,7 @@
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone collnet memory kernelnet
+#           wincoll
 set -uo pipefail
 src=$1
 shift
@@ -438,6 +439,19 @@ for s in $stages; do
     timeout 120 $run --timeout 110 $b/bench/ferry-bench broadcast,reduce -b 8 -e 1G -f 8 -w 5 -n 20 --inplace no \
       --lib $b/libnccl.so.2 --compare "$nccl" >"$out/bcast.txt" 2>&1
     echo "bcast exit $?"; grep -v "^\[1\]" "$out/bcast.txt" | grep -E "^\[0\] +[0-9].*N/A.*N/A.*N/A.*N/A.*N/A.*N/A$|#wrong total" | tail -24
+    ;;
+  wincoll)
+    # Window collectives (issue 19): all-gather and broadcast on plain
+    # buffers and on NCCL_WIN_COLL_SYMMETRIC windows, Ferry beside NCCL in
+    # the same run (NCCL's symmetric kernels take the windowed run).
+    stage wincoll
+    for w in "" --window; do
+      echo "--- window '${w}'"
+      timeout 150 $run --timeout 140 $b/bench/ferry-bench all_gather,broadcast -b 1M -e 1G -f 4 -w 5 -n 20 \
+        --inplace no $w --lib $b/libnccl.so.2 --compare "$nccl" >"$out/wincoll${w}.txt" 2>&1
+      echo "wincoll '${w}' exit $?"
+      grep -v "^\[1\]" "$out/wincoll${w}.txt" | grep -v INFO | tail -16
+    done
     ;;
   bcastdiag)
     # Broadcast alone, three times, then reduce (same pipeline shape) once.

@@ -38,6 +38,7 @@ import ctypes
 import faulthandler
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -561,6 +562,41 @@ def case_p2pgroups(rep: Reporter, rank: int, world: int, device, seed: int):
     run_groups(rep, "p2pgroups", rank, world, device, seed, collectives=False)
 
 
+def parse_cpulist(text: str) -> set:
+    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11}."""
+    cpus = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def pin_near_gpu(local: int) -> str:
+    """Binds this process (and the threads it starts later: the libraries'
+    proxy and watchdog threads) to the CPUs of its GPU's NUMA node, so step
+    times do not depend on where the scheduler put each rank (the same for
+    both libraries). CLIENT_PIN=0 leaves the affinity alone. Returns what
+    was done, for the library record."""
+    if os.environ.get("CLIENT_PIN", "1") == "0":
+        return "off"
+    try:
+        bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader",
+                              "-i", str(local)], capture_output=True, text=True,
+                             timeout=20).stdout.strip()
+        # nvidia-smi: 00000000:19:00.0; sysfs: 0000:19:00.0
+        path = f"/sys/bus/pci/devices/{bus[-12:].lower()}/local_cpulist"
+        with open(path) as f:
+            cpus = parse_cpulist(f.read()) & os.sched_getaffinity(0)
+        if not cpus:
+            return "no cpus"
+        os.sched_setaffinity(0, cpus)
+        return f"{min(cpus)}-{max(cpus)} ({len(cpus)})"
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return f"failed: {e}"[:80]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tag", default="run")
@@ -576,6 +612,7 @@ def main():
         os.environ["NCCL_HOSTID"] = "clients-host-%s" % os.environ["RANK"]
         local %= torch.cuda.device_count()
     device = torch.device("cuda", local)
+    pinned = pin_near_gpu(local)  # before any library thread exists
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=device)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -596,7 +633,7 @@ def main():
     # planned case without one, and leaves the others out).
     rep.emit("library", True, nccl_version=".".join(map(str, torch.cuda.nccl.version())),
              torch=torch.__version__, loading=os.environ.get("CUDA_MODULE_LOADING", "(torch default)"),
-             seed=a.seed, planned=[name for name, _ in cases])
+             seed=a.seed, cpus=pinned, planned=[name for name, _ in cases])
     for name, run in cases:
         print(f"CASE {name} start (rank {rank})", flush=True)
         faulthandler.dump_traceback_later(a.case_timeout, exit=True)

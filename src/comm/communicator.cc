@@ -104,6 +104,10 @@ Status Communicator::initSteps(const std::vector<ncclUniqueId>& ids) {
   FERRY_CHECK(buildTopology(peers, rank_, &topology_));
   FERRY_INFO(kLogInit, "runtime %s, %s", rt::runtimeKindName(runtime_->kind()),
              describeTopology(topology_).c_str());
+  // An agreed knob (equal on every rank by now): every rank fails here
+  // alike, before any connection is made.
+  unsigned winOps = 0;
+  FERRY_CHECK(WindowColl::parseOps(params_.getString(ParamId::WinCollOps), &winOps));
   FERRY_CHECK(initP2p(id));
   FERRY_CHECK(startLiveness(fnv1a(id.internal, sizeof(id.internal))));
   // Nobody leaves init before everyone has validated the peer table, so a

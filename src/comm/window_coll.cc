@@ -15,7 +15,9 @@ WindowColl::WindowColl(Communicator* parent) : parent_(parent) {
   const int me = parent->rank();
   minBytes_ = static_cast<uint64_t>(
       std::max<int64_t>(0, parent->params().getInt(ParamId::WinCollMinBytes)));
-  usable_ = minBytes_ > 0 && parent->nranks() > 1 && topo.nHosts == 1 &&
+  // Checked at init (Communicator); a bad value here means no op.
+  if (parseOps(parent->params().getString(ParamId::WinCollOps), &ops_) != ncclSuccess) ops_ = 0;
+  usable_ = minBytes_ > 0 && ops_ != 0 && parent->nranks() > 1 && topo.nHosts == 1 &&
             parent->params().getInt(ParamId::PassSm) != 0 && parent->p2p() != nullptr;
   for (int q = 0; usable_ && q < parent->nranks(); ++q) {
     if (q == me) continue;
@@ -23,6 +25,27 @@ WindowColl::WindowColl(Communicator* parent) : parent_(parent) {
     // make the internal communicator rank after rank (each waits for all).
     usable_ = topo.links[q] == PeerLink::SameHost && parent->p2p()->mapsPeerMemory(q);
   }
+}
+
+Status WindowColl::parseOps(const std::string& text, unsigned* mask) {
+  *mask = 0;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string op = text.substr(at, comma - at);
+    if (op == "broadcast") {
+      *mask |= kOpBroadcast;
+    } else if (op == "allgather") {
+      *mask |= kOpAllGather;
+    } else if (op != "none" && !op.empty()) {
+      FERRY_FAIL(ncclInvalidArgument,
+                 "FERRY_WIN_COLL_OPS=%s: '%s' is not broadcast, allgather or none", text.c_str(),
+                 op.c_str());
+    }
+    at = comma + 1;
+  }
+  return ncclSuccess;
 }
 
 WindowColl::~WindowColl() {
@@ -41,9 +64,9 @@ bool WindowColl::chosen(const CollTask& t) const {
   const uint64_t bytes = t.count * algo::typeBytes(t.dataType);
   if (bytes < minBytes_) return false;
   uint64_t span = 0;
-  if (t.coll == algo::kCollAllGather) {
+  if (t.coll == algo::kCollAllGather && (ops_ & kOpAllGather) != 0) {
     span = bytes * static_cast<uint64_t>(parent_->nranks());
-  } else if (t.coll == algo::kCollBroadcast) {
+  } else if (t.coll == algo::kCollBroadcast && (ops_ & kOpBroadcast) != 0) {
     span = bytes;
   } else {
     return false;

@@ -16,7 +16,7 @@
 //
 // Every rank must choose the same way, or one would run the ring while its
 // peers wait on copies: the choice depends on the collective, the knob
-// FERRY_WIN_COLL_MIN_BYTES (agreed at init), the communicator's shape, the
+// FERRY_WIN_COLL_MIN_BYTES and FERRY_WIN_COLL_OPS (agreed at init), the communicator's shape, the
 // window (collReady is decided from what every rank published) and whether
 // the stream is being captured (SM-free messages cannot be captured; the
 // ring runs then). As with NCCL's symmetric windows, the user passes window
@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "coll/coll_engine.h"
@@ -45,6 +46,11 @@ class WindowColl {
   ~WindowColl();
   WindowColl(const WindowColl&) = delete;
   WindowColl& operator=(const WindowColl&) = delete;
+
+  // Bits of kOpBroadcast / kOpAllGather from FERRY_WIN_COLL_OPS ("a,b",
+  // "none"); ncclInvalidArgument naming the knob for anything else.
+  static constexpr unsigned kOpBroadcast = 1, kOpAllGather = 2;
+  [[nodiscard]] static Status parseOps(const std::string& text, unsigned* mask);
 
   // Whether `t` runs here (the same answer on every rank; see above).
   bool chosen(const CollTask& t) const;
@@ -68,6 +74,7 @@ class WindowColl {
   Communicator* parent_;
   bool usable_ = false;  // the communicator's shape and knobs allow it
   uint64_t minBytes_ = 0;
+  unsigned ops_ = 0;    // kOp* bits (FERRY_WIN_COLL_OPS, checked at init)
   bool tried_ = false;  // owner thread
   Status made_ = ncclSuccess;
   mutable std::mutex mu_;  // guards comm_ being set (owner) against abort()

@@ -32,6 +32,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::P2pLlThreshold,
     ParamId::Proto,
     ParamId::WinCollMinBytes,
+    ParamId::WinCollOps,
     ParamId::Algo,
     ParamId::CollChannels,
     ParamId::CollSlots,

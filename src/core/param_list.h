@@ -132,10 +132,15 @@
     "1: a communicator's collective ring (its FIFOs, most of its memory) is set up by its first " \
     "collective, and kernel p2p's connection to a peer by the first kernel send/recv with it "   \
     "(the peer's proxy answers for it); 0: everything at init.")                                 \
-  X(WinCollMinBytes, "FERRY_WIN_COLL_MIN_BYTES", Int, "16M",                                     \
-    "All-gathers of >= this many bytes per rank and broadcasts of >= this many bytes whose "     \
-    "output lies in an NCCL_WIN_COLL_SYMMETRIC window run as SM-free copies straight into the "   \
-    "peers' windows (one copy per byte, no SM) on one host of separate processes; 0: never.")    \
+  X(WinCollMinBytes, "FERRY_WIN_COLL_MIN_BYTES", Int, "256M",                                    \
+    "Window collectives (FERRY_WIN_COLL_OPS) of >= this many bytes per rank (all-gather) or in "  \
+    "all (broadcast) whose output lies in an NCCL_WIN_COLL_SYMMETRIC window run as SM-free "       \
+    "copies straight into the peers' windows (one copy per byte, no SM) on one host of separate " \
+    "processes; 0: never.")                                                                      \
+  X(WinCollOps, "FERRY_WIN_COLL_OPS", String, "broadcast",                                       \
+    "Which collectives FERRY_WIN_COLL_MIN_BYTES applies to: a comma list of broadcast and "       \
+    "allgather, or none. All-gather is off by default: on 2x H200 its copies were no faster "     \
+    "than the ring kernels (bench/RESULTS.md, session 17).")                                     \
   X(CollTimeout, "FERRY_COLL_TIMEOUT", Int, "1800",                                                \
     "Seconds a collective kernel may wait for a peer before it fails the stream (0: no limit).") \
   X(Liveness, "FERRY_LIVENESS", Int, "1",                                                          \

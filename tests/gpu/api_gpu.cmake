@@ -33,4 +33,5 @@ set_tests_properties(gpu.api.window.n2 PROPERTIES ENVIRONMENT FERRY_P2P_STAGE_SE
 # Window collectives (comm/window_coll.h) at the default threshold, under
 # lazy loading as users run them (a send that arrives first is staged).
 ferry_gpu_memory_test(gpu.api.wincoll.n2 2 2 wincoll)
-set_tests_properties(gpu.api.wincoll.n2 PROPERTIES ENVIRONMENT FERRY_WIN_COLL_MIN_BYTES=16777216)
+set_tests_properties(gpu.api.wincoll.n2 PROPERTIES ENVIRONMENT
+                     "FERRY_WIN_COLL_MIN_BYTES=16777216;FERRY_WIN_COLL_OPS=broadcast,allgather")

@@ -28,7 +28,7 @@ ferry_bench_test(bench.window.n3 0 "#wrong total 0$" "FAILED|wrong elements|fail
   $<TARGET_FILE:ferry-run> -n 3 --runtime host --timeout 50
   $<TARGET_FILE:ferry-bench> all_gather,broadcast,all_reduce,sendrecv -b 1K -e 1M -f 32 -w 1 -n 2
   --window --lib $<TARGET_FILE:nccl>)
-set_tests_properties(bench.window.n3 PROPERTIES ENVIRONMENT "FERRY_RUNTIME=host;FERRY_WIN_COLL_MIN_BYTES=32768")
+set_tests_properties(bench.window.n3 PROPERTIES ENVIRONMENT "FERRY_RUNTIME=host;FERRY_WIN_COLL_MIN_BYTES=32768;FERRY_WIN_COLL_OPS=broadcast,allgather")
 
 # --compare under ferry-run: two children per rank, rendezvous on the
 # launcher's port, fresh bootstrap ports per library.

@@ -8,4 +8,5 @@ foreach(mode coll smfree kernel net netkernel hier silent graceful shrink forked
   add_test(NAME liveness.peer_death.${mode} COMMAND $<TARGET_FILE:mp_peer_death> ${mode})
   set_tests_properties(liveness.peer_death.${mode} PROPERTIES LABELS multiproc TIMEOUT 150)
 endforeach()
-set_tests_properties(liveness.peer_death.wincoll PROPERTIES ENVIRONMENT FERRY_WIN_COLL_MIN_BYTES=65536)
+set_tests_properties(liveness.peer_death.wincoll PROPERTIES ENVIRONMENT
+                     "FERRY_WIN_COLL_MIN_BYTES=65536;FERRY_WIN_COLL_OPS=allgather")

@@ -18,10 +18,17 @@ set_tests_properties(api.many_comms.eager.n2 PROPERTIES ENVIRONMENT NCCL_RUNTIME
 ferry_memory_test(api.window.n2 2 window)
 ferry_memory_test(api.window.n3 3 window)
 # Window collectives (comm/window_coll.h): 256 KiB shards stand for the
-# default 16 MiB threshold on the host runtime.
+# default 256 MiB threshold on the host runtime; both ops, then the default
+# set of ops (broadcast only: the all-gathers run on the ring).
 ferry_memory_test(api.wincoll.n2 2 wincoll)
 ferry_memory_test(api.wincoll.n3 3 wincoll)
-set_tests_properties(api.wincoll.n2 api.wincoll.n3 PROPERTIES ENVIRONMENT FERRY_WIN_COLL_MIN_BYTES=262144)
+set_tests_properties(api.wincoll.n2 api.wincoll.n3 PROPERTIES ENVIRONMENT
+                     "FERRY_WIN_COLL_MIN_BYTES=262144;FERRY_WIN_COLL_OPS=broadcast,allgather")
+ferry_memory_test(api.wincoll.bcastonly.n2 2 wincoll)
+set_tests_properties(api.wincoll.bcastonly.n2 PROPERTIES ENVIRONMENT FERRY_WIN_COLL_MIN_BYTES=262144)
+# A bad FERRY_WIN_COLL_OPS fails init on every rank with a clear error.
+ferry_memory_test(api.wincoll.badops.n2 2 badknob)
+set_tests_properties(api.wincoll.badops.n2 PROPERTIES ENVIRONMENT FERRY_WIN_COLL_OPS=broadcast,reduce)
 # Two emulated hosts: no kernel p2p (init holds nothing), Simple only.
 add_test(NAME api.many_comms.hosts.2x2
   COMMAND $<TARGET_FILE:ferry-run> -n 4 --hosts 2 --runtime host --timeout 200

@@ -362,8 +362,14 @@ void caseWindowColl(const Ctx& ctx) {
     checkShards(
         got, shard, 1, rs, [root](int) { return root; }, "window broadcast");
   }
-  EXPECT_TRUE(ringCollectives(world) == ringBefore, "%llu window collectives ran on the ring",
-              ringCollectives(world) - ringBefore);
+  // FERRY_WIN_COLL_OPS without allgather (the default): the 4 all-gathers
+  // ran on the ring, the broadcasts still did not.
+  const char* opsEnv = getenv("FERRY_WIN_COLL_OPS");
+  const unsigned long long agOnRing =
+      opsEnv != nullptr && strstr(opsEnv, "allgather") != nullptr ? 0 : 4;
+  EXPECT_TRUE(ringCollectives(world) == ringBefore + agOnRing,
+              "%llu window collectives ran on the ring, expected %llu",
+              ringCollectives(world) - ringBefore, agOnRing);
   // Below the threshold, and outside any window: the ring.
   checkAllReduce(world, n, 777 + seed % 100, seed + 5, "all-reduce beside window collectives");
   const size_t small = 1000 + seed % 100;
@@ -380,15 +386,33 @@ void caseWindowColl(const Ctx& ctx) {
   plain.download(got.data(), small * sizeof(float) * n);
   checkShards(
       got, small, n, seed + 7, [](int k) { return k; }, "all-gather outside windows");
-  EXPECT_TRUE(ringCollectives(world) == ringBefore + 3, "%llu ring collectives, expected 3",
-              ringCollectives(world) - ringBefore);
+  EXPECT_TRUE(ringCollectives(world) == ringBefore + agOnRing + 3,
+              "%llu ring collectives, expected %llu", ringCollectives(world) - ringBefore,
+              agOnRing + 3);
   EXPECT_OK(ncclCommWindowDeregister(world, w));
   EXPECT_OK(ncclCommDestroy(world));
+}
+
+// An invalid FERRY_WIN_COLL_OPS (set by the test) fails init on every rank
+// with ncclInvalidArgument and a last error naming the knob.
+void caseBadKnob(const Ctx& ctx) {
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommInitRank(&comm, ctx.env.nranks, id, ctx.env.rank);
+  EXPECT_TRUE(r == ncclInvalidArgument, "init with a bad FERRY_WIN_COLL_OPS returned %d", r);
+  const char* why = ncclGetLastError(nullptr);
+  EXPECT_TRUE(why != nullptr && strstr(why, "FERRY_WIN_COLL_OPS") != nullptr,
+              "last error does not name the knob: %s", why != nullptr ? why : "(null)");
+  if (r == ncclSuccess) EXPECT_OK(ncclCommDestroy(comm));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ferry::test::runCases(
-      argc, argv, {{"many", caseMany}, {"window", caseWindow}, {"wincoll", caseWindowColl}});
+  return ferry::test::runCases(argc, argv,
+                               {{"many", caseMany},
+                                {"window", caseWindow},
+                                {"wincoll", caseWindowColl},
+                                {"badknob", caseBadKnob}});
 }
