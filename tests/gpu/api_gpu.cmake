@@ -30,8 +30,19 @@ ferry_gpu_memory_test(gpu.api.window.n2 2 2 window)
 # Window sends must go straight from window to window: no staging of sends
 # that arrive before their receiver (the lazy-loading default on CUDA).
 set_tests_properties(gpu.api.window.n2 PROPERTIES ENVIRONMENT FERRY_P2P_STAGE_SENDS=0)
-# Window collectives (comm/window_coll.h) at the default threshold, under
-# lazy loading as users run them (a send that arrives first is staged).
+# Window collectives (comm/window_coll.h), both ops from 16 MiB (the default
+# is broadcast only, from 256 MiB), under lazy loading as users run them (a
+# send that arrives first is staged).
 ferry_gpu_memory_test(gpu.api.wincoll.n2 2 2 wincoll)
 set_tests_properties(gpu.api.wincoll.n2 PROPERTIES ENVIRONMENT
                      "FERRY_WIN_COLL_MIN_BYTES=16777216;FERRY_WIN_COLL_OPS=broadcast,allgather")
+# The recovery and planning calls (tests/multiproc/recovery.cmake) on GPUs:
+# ncclCommInitRankScalable, ncclCommShrink (both flags), ncclCommRevoke and
+# ncclGroupSimulateEnd, device buffers.
+foreach(case scalable shrink revoke simulate)
+  add_test(NAME gpu.api.${case}.n2
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+            $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 240
+            $<TARGET_FILE:mp_recovery> ${case})
+  set_tests_properties(gpu.api.${case}.n2 PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

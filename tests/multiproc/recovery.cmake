@@ -2,7 +2,7 @@
 # ncclCommInitRankScalable, ncclGroupSimulateEnd) across real processes.
 add_executable(mp_recovery ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/recovery_cases.cc)
 target_include_directories(mp_recovery PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
-target_link_libraries(mp_recovery PRIVATE nccl ferry_test_common)
+target_link_libraries(mp_recovery PRIVATE nccl ferry_test_buffers)
 
 function(ferry_recovery_test name nranks case)
   add_test(NAME ${name}
@@ -20,3 +20,5 @@ endforeach()
 ferry_recovery_test(api.revoke.n2 2 revoke)
 ferry_recovery_test(api.revoke.n3 3 revoke)
 ferry_recovery_test(api.simulate.n2 2 simulate)
+# Shrink's two-rank form (the abort variant drops rank 0 alone), as on 2 GPUs.
+ferry_recovery_test(api.shrink.n2 2 shrink)

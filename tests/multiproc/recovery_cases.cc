@@ -1,17 +1,21 @@
-// The recovery and planning API of NCCL 2.28 across real processes on the
-// host runtime (under ferry-run): ncclCommShrink, ncclCommRevoke,
-// ncclCommInitRankScalable and ncclGroupSimulateEnd. Every new communicator
-// is checked with an all-reduce of fresh data against a sum computed here;
-// outputs are poisoned first. (A shrink after a peer died: peer_death.cc.)
+// The recovery and planning API of NCCL 2.28 across real processes (under
+// ferry-run, on the host runtime or on GPUs): ncclCommShrink,
+// ncclCommRevoke, ncclCommInitRankScalable and ncclGroupSimulateEnd. Every
+// new communicator is checked with an all-reduce of fresh data against a sum
+// computed here; outputs are poisoned first. Buffers are device memory on
+// CUDA (TestBuffer). (A shrink after a peer died: peer_death.cc.)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/buffers.h"
 #include "common/proc.h"
 #include "common/random.h"
 #include "ferry.h"
@@ -21,7 +25,9 @@
 
 namespace {
 
+using ferry::test::BufferKind;
 using ferry::test::gFailures;
+using ferry::test::TestBuffer;
 
 using Ctx = ferry::test::CaseCtx;
 using ferry::test::agreedSeed;
@@ -35,6 +41,21 @@ float valueOf(uint64_t seed, int who, size_t i) {
   return static_cast<float>((h + static_cast<uint64_t>(who) * 7919 + i * 31) % 1000) - 500.0f;
 }
 
+// A buffer the library accepts on either runtime, holding `host`'s values.
+template <typename T>
+std::unique_ptr<TestBuffer> bufferOf(const std::vector<T>& host) {
+  auto b = std::make_unique<TestBuffer>(host.size() * sizeof(T), BufferKind::Plain);
+  b->upload(host.data(), host.size() * sizeof(T));
+  return b;
+}
+
+template <typename T>
+std::vector<T> contents(const TestBuffer& b) {
+  std::vector<T> host(b.size() / sizeof(T));
+  b.download(host.data(), host.size() * sizeof(T));
+  return host;
+}
+
 // An all-reduce over `comm` whose ranks are the parent ranks `members`
 // (member i is the comm's rank i); checks every element.
 void checkAllReduce(ncclComm_t comm, const std::vector<int>& members, uint64_t seed,
@@ -46,10 +67,13 @@ void checkAllReduce(ncclComm_t comm, const std::vector<int>& members, uint64_t s
               members.size());
   if (rank < 0 || rank >= static_cast<int>(members.size())) return;
   const size_t n = 4099;
-  std::vector<float> in(n), out(n, -1e30f);
-  for (size_t i = 0; i < n; ++i) in[i] = valueOf(seed, members[rank], i);
-  EXPECT_OK(ncclAllReduce(in.data(), out.data(), n, ncclFloat, ncclSum, comm, nullptr));
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = valueOf(seed, members[rank], i);
+  auto in = bufferOf(host);
+  auto outBuf = bufferOf(std::vector<float>(n, -1e30f));
+  EXPECT_OK(ncclAllReduce(in->data(), outBuf->data(), n, ncclFloat, ncclSum, comm, nullptr));
   EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+  const std::vector<float> out = contents<float>(*outBuf);
   int bad = 0;
   for (size_t i = 0; i < n; ++i) {
     float want = 0;
@@ -148,33 +172,41 @@ void caseShrink(const Ctx& ctx) {
 
   // With NCCL_SHRINK_ABORT a message in flight to an excluded rank (who
   // never receives it) is stopped, and the parent is revoked.
-  int dropFirstLast[] = {0, n - 1};
+  // With two ranks (two GPUs) only rank 0 is dropped.
+  std::vector<int> dropped = {0};
+  if (n > 2) dropped.push_back(n - 1);
   cudaStream_t s = nullptr;
   EXPECT_OK(ncclFerryStreamCreate(&s));
-  std::vector<char> pending(1 << 20, 5);
+  auto pending = bufferOf(std::vector<char>(1 << 20, 5));
   // First a checked message from rank 1 to rank 0: kernel p2p connects on
   // first use, which needs the receiver's communicator alive, and rank 0
   // may have destroyed it by the time rank 1 sends the pending one.
-  std::vector<char> hello(4096), heard(4096, 0);
+  std::vector<char> hello(4096);
   for (size_t i = 0; i < hello.size(); ++i) hello[i] = static_cast<char>((seed >> (i % 56)) + i);
-  if (me == 1) EXPECT_OK(ncclSend(hello.data(), hello.size(), ncclChar, 0, world, s));
-  if (me == 0) EXPECT_OK(ncclRecv(heard.data(), heard.size(), ncclChar, 1, world, s));
+  auto helloBuf = bufferOf(hello);
+  auto heard = bufferOf(std::vector<char>(hello.size(), 0));
+  if (me == 1) EXPECT_OK(ncclSend(helloBuf->data(), hello.size(), ncclChar, 0, world, s));
+  if (me == 0) EXPECT_OK(ncclRecv(heard->data(), hello.size(), ncclChar, 1, world, s));
   EXPECT_OK(ncclFerryStreamSynchronize(s));
-  EXPECT_TRUE(me != 0 || heard == hello, "rank 0 got a different message from rank 1");
-  if (me == 1) EXPECT_OK(ncclSend(pending.data(), pending.size(), ncclChar, 0, world, s));
+  EXPECT_TRUE(me != 0 || contents<char>(*heard) == hello,
+              "rank 0 got a different message from rank 1");
+  if (me == 1) EXPECT_OK(ncclSend(pending->data(), pending->size(), ncclChar, 0, world, s));
   c = nullptr;
-  EXPECT_OK(ncclCommShrink(world, dropFirstLast, 2, &c, nullptr, NCCL_SHRINK_ABORT));
+  EXPECT_OK(ncclCommShrink(world, dropped.data(), static_cast<int>(dropped.size()), &c, nullptr,
+                           NCCL_SHRINK_ABORT));
   EXPECT_OK(ncclFerryStreamSynchronize(s));  // released, not hung
   members.clear();
-  for (int r = 1; r < n - 1; ++r) members.push_back(r);
-  if (me == 0 || me == n - 1) {
+  for (int r = 0; r < n; ++r) {
+    if (std::find(dropped.begin(), dropped.end(), r) == dropped.end()) members.push_back(r);
+  }
+  if (std::find(dropped.begin(), dropped.end(), me) != dropped.end()) {
     EXPECT_TRUE(c == nullptr, "an excluded rank got a communicator");
   } else {
-    checkAllReduce(c, members, seed + 3, "shrunk without the first and last ranks");
+    checkAllReduce(c, members, seed + 3, "shrunk without the dropped ranks");
     EXPECT_OK(ncclCommDestroy(c));
   }
-  std::vector<float> x(8, 1.0f);
-  EXPECT_RESULT(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, world, nullptr),
+  auto x = bufferOf(std::vector<float>(8, 1.0f));
+  EXPECT_RESULT(ncclAllReduce(x->data(), x->data(), 8, ncclFloat, ncclSum, world, nullptr),
                 ncclInvalidUsage);
   EXPECT_OK(ncclFerryStreamDestroy(s));
   EXPECT_OK(ncclCommDestroy(world));
@@ -190,8 +222,8 @@ void caseRevoke(const Ctx& ctx) {
   // Rank 0 waits for a message rank 1 never sends: revoke releases it.
   cudaStream_t s = nullptr;
   EXPECT_OK(ncclFerryStreamCreate(&s));
-  std::vector<char> buf(1 << 20, 0);
-  if (me == 0) EXPECT_OK(ncclRecv(buf.data(), buf.size(), ncclChar, 1, world, s));
+  auto buf = bufferOf(std::vector<char>(1 << 20, 0));
+  if (me == 0) EXPECT_OK(ncclRecv(buf->data(), buf->size(), ncclChar, 1, world, s));
   auto t0 = ferry::test::Clock::now();
   EXPECT_OK(ncclCommRevoke(world, NCCL_REVOKE_DEFAULT));
   EXPECT_OK(ncclFerryStreamSynchronize(s));
@@ -201,11 +233,10 @@ void caseRevoke(const Ctx& ctx) {
   ncclResult_t state = ncclInternalError;
   EXPECT_OK(ncclCommGetAsyncError(world, &state));
   EXPECT_TRUE(state == ncclSuccess, "async error %d after revoke", state);
-  std::vector<float> x(8, 1.0f);
-  EXPECT_RESULT(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, world, nullptr),
+  auto x = bufferOf(std::vector<float>(8, 1.0f));
+  EXPECT_RESULT(ncclAllReduce(x->data(), x->data(), 8, ncclFloat, ncclSum, world, nullptr),
                 ncclInvalidUsage);
-  EXPECT_RESULT(ncclSend(x.data(), x.size(), ncclFloat, (me + 1) % n, world, nullptr),
-                ncclInvalidUsage);
+  EXPECT_RESULT(ncclSend(x->data(), 8, ncclFloat, (me + 1) % n, world, nullptr), ncclInvalidUsage);
   EXPECT_RESULT(ncclCommFinalize(world), ncclInvalidUsage);
   // A revoked communicator can still be split (and destroyed).
   ncclComm_t c = nullptr;
@@ -219,16 +250,21 @@ void caseRevoke(const Ctx& ctx) {
 // One simulated group: an all-reduce of `count` floats and a ring exchange
 // of `bytes`; returns the estimate and checks nothing ran.
 float simulate(ncclComm_t world, int me, int n, size_t count, size_t bytes) {
-  std::vector<float> in(count, 1.0f), out(count, -3.0f);
-  std::vector<char> sendBuf(bytes, 1), recvBuf(bytes, 9);
+  auto in = bufferOf(std::vector<float>(count, 1.0f));
+  auto out = bufferOf(std::vector<float>(count, -3.0f));
+  auto sendBuf = bufferOf(std::vector<char>(bytes, 1));
+  auto recvBuf = bufferOf(std::vector<char>(bytes, 9));
   ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
   EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, world, nullptr));
-  EXPECT_OK(ncclSend(sendBuf.data(), bytes, ncclChar, (me + 1) % n, world, nullptr));
-  EXPECT_OK(ncclRecv(recvBuf.data(), bytes, ncclChar, (me + n - 1) % n, world, nullptr));
+  EXPECT_OK(ncclAllReduce(in->data(), out->data(), count, ncclFloat, ncclSum, world, nullptr));
+  EXPECT_OK(ncclSend(sendBuf->data(), bytes, ncclChar, (me + 1) % n, world, nullptr));
+  EXPECT_OK(ncclRecv(recvBuf->data(), bytes, ncclChar, (me + n - 1) % n, world, nullptr));
   EXPECT_OK(ncclGroupSimulateEnd(&info));
   EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
-  EXPECT_TRUE(out[0] == -3.0f && out[count - 1] == -3.0f && recvBuf[0] == 9,
+  const std::vector<float> outHost = contents<float>(*out);
+  const std::vector<char> recvHost = contents<char>(*recvBuf);
+  EXPECT_TRUE(outHost[0] == -3.0f && outHost[count - 1] == -3.0f && recvHost[0] == 9 &&
+                  recvHost[bytes - 1] == 9,
               "a simulated group ran its operations");
   EXPECT_TRUE(std::isfinite(info.estimatedTime) && info.estimatedTime > 0, "estimated time %g",
               info.estimatedTime);
@@ -255,13 +291,16 @@ void caseSimulate(const Ctx& ctx) {
   EXPECT_OK(ncclGroupStart());
   std::vector<int> members = allRanks(n);
   const size_t count = 513;
-  std::vector<float> in(count), out(count, -1e30f);
-  for (size_t i = 0; i < count; ++i) in[i] = valueOf(seed, me, i);
-  EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, world, nullptr));
+  std::vector<float> mine(count);
+  for (size_t i = 0; i < count; ++i) mine[i] = valueOf(seed, me, i);
+  auto in = bufferOf(mine);
+  auto outBuf = bufferOf(std::vector<float>(count, -1e30f));
+  EXPECT_OK(ncclAllReduce(in->data(), outBuf->data(), count, ncclFloat, ncclSum, world, nullptr));
   EXPECT_OK(ncclGroupSimulateEnd(&info));
   EXPECT_TRUE(info.estimatedTime == 0, "nested estimate %g", info.estimatedTime);
   EXPECT_OK(ncclGroupEnd());
   EXPECT_OK(ncclFerryStreamSynchronize(nullptr));
+  const std::vector<float> out = contents<float>(*outBuf);
   for (size_t i = 0; i < count; ++i) {
     float want = 0;
     for (int m : members) want += valueOf(seed, m, i);
