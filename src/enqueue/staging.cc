@@ -47,13 +47,20 @@ void StagingPool::reclaim() {
   }
 }
 
-Status StagingPool::grow(uint64_t bytes, Block** out) {
+uint64_t StagingPool::blockSize(uint64_t bytes) {
   // Whole 2 MiB multiples: CUDA offers legacy IPC handles only for
-  // allocations that own their 2 MiB chunks (NOTES.md trap 9), and sizes
-  // recur so blocks get reused.
-  constexpr uint64_t kChunk = uint64_t{2} << 20;
+  // allocations that own their 2 MiB chunks (NOTES.md trap 9). Powers of
+  // two up to kStep (sizes recur, so blocks get reused), then multiples of
+  // kStep: a staged 2 GiB + 4 KiB message must not take 4 GiB.
+  constexpr uint64_t kChunk = uint64_t{2} << 20, kStep = uint64_t{64} << 20;
   uint64_t size = kChunk;
-  while (size < bytes) size <<= 1;
+  while (size < bytes && size < kStep) size <<= 1;
+  if (size < bytes) size = (bytes + kStep - 1) / kStep * kStep;
+  return size;
+}
+
+Status StagingPool::grow(uint64_t bytes, Block** out) {
+  const uint64_t size = blockSize(bytes);
   auto b = std::make_unique<Block>();
   b->size = size;
   if (hostShared_) {

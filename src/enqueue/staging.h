@@ -53,6 +53,8 @@ class StagingPool {
   void release(Block* b);
   // Drops every block (after every stream that may use one has drained).
   void clear();
+  // The size of a block made for a message of `bytes`.
+  static uint64_t blockSize(uint64_t bytes);
   // Bytes of every block (busy or free: blocks are kept for reuse).
   uint64_t bytes() const { return totalBytes_; }
 
