@@ -7,10 +7,10 @@
 # Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; STAGES,
 #   default "clients nccltests gpu", any of those, p2pdiag (the FERRY_PROFILE
 #   and push-wait runs of real_clients.sh), death (real_clients.sh's) and
-#   memory, inittime and wincoll (device_p2p.sh's) in the order given; clients2 is a second clients
-#   stage with CLIENT_MODES2, CLIENT_CASES2 (default pipe) and
-#   CLIENT_SCHEDULES2; the
-#   real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
+#   memory, inittime, wincoll or any other device_p2p.sh stage (copyov,
+#   cesplit, ...), in the order given; clients2 is a second clients stage
+#   with CLIENT_MODES2, CLIENT_CASES2 (default pipe) and CLIENT_SCHEDULES2;
+#   the real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)
@@ -61,6 +61,8 @@ for st in ${STAGES:-clients nccltests gpu}; do
       grep -E "tests passed|Failed|\*\*\*|Not Run" "$o/ctest-gpu.log" | head -30
     fi
     ;;
+  *) # any other stage of device_p2p.sh (copyov, cesplit, bench, overlap, ...)
+    [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" "$st" | tail -70 ;;
   esac
 done
 "$here/real_clients.sh" /tmp/fb summary
