@@ -575,10 +575,10 @@ def parse_cpulist(text: str) -> set:
 
 def pin_near_gpu(local: int) -> str:
     """Binds this process (and the threads it starts later: the libraries'
-    proxy and watchdog threads) to the CPUs of its GPU's NUMA node, so step
-    times do not depend on where the scheduler put each rank (the same for
-    both libraries). CLIENT_PIN=0 leaves the affinity alone. Returns what
-    was done, for the library record."""
+    proxy and watchdog threads) to its share of the CPUs of its GPU's NUMA
+    node, so step times do not depend on where the scheduler put each rank
+    (the same for both libraries). CLIENT_PIN=0 leaves the affinity alone.
+    Returns what was done, for the library record."""
     if os.environ.get("CLIENT_PIN", "1") == "0":
         return "off"
     try:
@@ -588,11 +588,18 @@ def pin_near_gpu(local: int) -> str:
         # nvidia-smi: 00000000:19:00.0; sysfs: 0000:19:00.0
         path = f"/sys/bus/pci/devices/{bus[-12:].lower()}/local_cpulist"
         with open(path) as f:
-            cpus = parse_cpulist(f.read()) & os.sched_getaffinity(0)
+            cpus = sorted(parse_cpulist(f.read()) & os.sched_getaffinity(0))
+        # Ranks whose GPUs share a node would share its CPUs: each takes its
+        # own slice (by local rank), so one rank's threads never take the
+        # other's cores.
+        parts = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        if len(cpus) >= 2 * parts:
+            k = local % parts
+            cpus = cpus[k * len(cpus) // parts:(k + 1) * len(cpus) // parts]
         if not cpus:
             return "no cpus"
-        os.sched_setaffinity(0, cpus)
-        return f"{min(cpus)}-{max(cpus)} ({len(cpus)})"
+        os.sched_setaffinity(0, set(cpus))
+        return f"{cpus[0]}-{cpus[-1]} ({len(cpus)})"
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         return f"failed: {e}"[:80]
 
