@@ -1,5 +1,6 @@
 #include "p2p_util.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -24,18 +25,38 @@ void World::destroy() {
   comm = nullptr;
 }
 
-void expectedPayload(const World& w, uint64_t round, int sender, int receiver, void* out,
-                     size_t bytes) {
-  Rng rng(w.seed ^ (round * 0x9E3779B97F4A7C15ULL),
-          static_cast<uint64_t>(sender) * 65536 + receiver);
-  auto* p = static_cast<uint8_t*>(out);
+namespace {
+
+Rng payloadRng(const World& w, uint64_t round, int sender, int receiver) {
+  return Rng(w.seed ^ (round * 0x9E3779B97F4A7C15ULL),
+             static_cast<uint64_t>(sender) * 65536 + receiver);
+}
+
+// The next `bytes` of a payload stream: 8 bytes per draw, the tail (only
+// in a payload's last piece) from one more. Pieces of whole 8-byte
+// multiples followed by the rest give the bytes of a single call.
+void nextPayload(Rng& rng, uint8_t* p, size_t bytes) {
   size_t i = 0;
   for (; i + 8 <= bytes; i += 8) {
     uint64_t v = rng.next();
     memcpy(p + i, &v, 8);
   }
+  if (i == bytes) return;
   uint64_t v = rng.next();
   for (; i < bytes; ++i, v >>= 8) p[i] = static_cast<uint8_t>(v);
+}
+
+// Large messages are filled and checked a piece at a time (a multiple of
+// 8 bytes): no host copy of a whole 2 GiB message (page faults dominate
+// the host runtime's large-message test).
+constexpr size_t kPieceBytes = size_t{64} << 20;
+
+}  // namespace
+
+void expectedPayload(const World& w, uint64_t round, int sender, int receiver, void* out,
+                     size_t bytes) {
+  Rng rng = payloadRng(w, round, sender, receiver);
+  nextPayload(rng, static_cast<uint8_t*>(out), bytes);
 }
 
 Message::Message(const World& w, uint64_t r, int s, int d, size_t b, BufferKind kind)
@@ -44,25 +65,38 @@ Message::Message(const World& w, uint64_t r, int s, int d, size_t b, BufferKind 
 }
 
 void Message::fillAsSender() {
-  std::vector<uint8_t> host(bytes);
-  expectedPayload(world, round, sender, receiver, host.data(), bytes);
-  buf.upload(host.data(), bytes);
+  Rng rng = payloadRng(world, round, sender, receiver);
+  std::vector<uint8_t> host(std::min(bytes, kPieceBytes));
+  for (size_t off = 0; off < bytes; off += kPieceBytes) {
+    const size_t n = std::min(kPieceBytes, bytes - off);
+    nextPayload(rng, host.data(), n);
+    buf.upload(host.data(), n, off);
+  }
 }
 
 void Message::poison() {
-  std::vector<uint8_t> host(bytes, 0xA5);
-  buf.upload(host.data(), bytes);
+  std::vector<uint8_t> host(std::min(bytes, kPieceBytes), 0xA5);
+  for (size_t off = 0; off < bytes; off += kPieceBytes) {
+    buf.upload(host.data(), std::min(kPieceBytes, bytes - off), off);
+  }
 }
 
 void Message::verify(const char* what) {
-  std::vector<uint8_t> got(bytes), want(bytes);
-  buf.download(got.data(), bytes);
-  expectedPayload(world, round, sender, receiver, want.data(), bytes);
-  if (memcmp(got.data(), want.data(), bytes) == 0) return;
-  size_t i = 0;
-  while (got[i] == want[i]) ++i;
-  EXPECT_TRUE(false, "%s: round %llu %d->%d (%zu bytes): byte %zu is 0x%02x, expected 0x%02x", what,
-              static_cast<unsigned long long>(round), sender, receiver, bytes, i, got[i], want[i]);
+  Rng rng = payloadRng(world, round, sender, receiver);
+  const size_t piece = std::min(bytes, kPieceBytes);
+  std::vector<uint8_t> got(piece), want(piece);
+  for (size_t off = 0; off < bytes; off += kPieceBytes) {
+    const size_t n = std::min(kPieceBytes, bytes - off);
+    buf.download(got.data(), n, off);
+    nextPayload(rng, want.data(), n);
+    if (memcmp(got.data(), want.data(), n) == 0) continue;
+    size_t i = 0;
+    while (got[i] == want[i]) ++i;
+    EXPECT_TRUE(false, "%s: round %llu %d->%d (%zu bytes): byte %zu is 0x%02x, expected 0x%02x",
+                what, static_cast<unsigned long long>(round), sender, receiver, bytes, off + i,
+                got[i], want[i]);
+    return;
+  }
 }
 
 // Gather to `root`, then scatter from it, in double (8-byte elements).
