@@ -106,8 +106,7 @@ Status Communicator::initSteps(const std::vector<ncclUniqueId>& ids) {
              describeTopology(topology_).c_str());
   // An agreed knob (equal on every rank by now): every rank fails here
   // alike, before any connection is made.
-  unsigned winOps = 0;
-  FERRY_CHECK(WindowColl::parseOps(params_.getString(ParamId::WinCollOps), &winOps));
+  FERRY_CHECK(WindowColl::parseOps(params_.getString(ParamId::WinCollOps), &winCollOps_));
   FERRY_CHECK(initP2p(id));
   FERRY_CHECK(startLiveness(fnv1a(id.internal, sizeof(id.internal))));
   // Nobody leaves init before everyone has validated the peer table, so a
@@ -161,7 +160,7 @@ Status Communicator::initP2p(const ncclUniqueId& id) {
   FERRY_CHECK(CollEngine::create(ctx, p2p_->peerProxyNames(), &coll_));
   coll_->setFailureHandler([this](int peer, const std::string& why) { peerFailed(peer, why); });
   if (topology_.nHosts > 1 && coll_->available()) hier_ = std::make_unique<HierAllReduce>(this);
-  if (!collectivesOnly_) winColl_ = std::make_unique<WindowColl>(this);
+  if (!collectivesOnly_) winColl_ = std::make_unique<WindowColl>(this, winCollOps_);
   return ncclSuccess;
 }
 

@@ -162,6 +162,7 @@ class Communicator {
   std::unique_ptr<HierAllReduce> hier_;
   // Separate processes on one host; destroyed before the engines too.
   std::unique_ptr<WindowColl> winColl_;
+  unsigned winCollOps_ = 0;  // FERRY_WIN_COLL_OPS, parsed (and checked) at init
   std::function<void(int, const std::string&)> peerFailedHook_;
   bool collectivesOnly_ = false;
   CpuProfile profile_;

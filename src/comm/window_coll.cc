@@ -10,13 +10,11 @@
 
 namespace ferry {
 
-WindowColl::WindowColl(Communicator* parent) : parent_(parent) {
+WindowColl::WindowColl(Communicator* parent, unsigned ops) : parent_(parent), ops_(ops) {
   const Topology& topo = parent->topology();
   const int me = parent->rank();
   minBytes_ = static_cast<uint64_t>(
       std::max<int64_t>(0, parent->params().getInt(ParamId::WinCollMinBytes)));
-  // Checked at init (Communicator); a bad value here means no op.
-  if (parseOps(parent->params().getString(ParamId::WinCollOps), &ops_) != ncclSuccess) ops_ = 0;
   usable_ = minBytes_ > 0 && ops_ != 0 && parent->nranks() > 1 && topo.nHosts == 1 &&
             parent->params().getInt(ParamId::PassSm) != 0 && parent->p2p() != nullptr;
   for (int q = 0; usable_ && q < parent->nranks(); ++q) {
@@ -132,9 +130,11 @@ Status WindowColl::ensureComm() {
         parent_->rank(), statusString(made_));
   } else {
     FERRY_INFO(kLogInit | kLogColl,
-               "window collectives: rank %d copies all-gathers of >= %llu bytes per rank and "
-               "broadcasts of >= %llu bytes straight into the peers' symmetric windows",
-               parent_->rank(), static_cast<unsigned long long>(minBytes_),
+               "window collectives: rank %d copies %s%s%s of >= %llu bytes (per rank) straight "
+               "into the peers' symmetric windows",
+               parent_->rank(), (ops_ & kOpAllGather) != 0 ? "all-gathers" : "",
+               ops_ == (kOpAllGather | kOpBroadcast) ? " and " : "",
+               (ops_ & kOpBroadcast) != 0 ? "broadcasts" : "",
                static_cast<unsigned long long>(minBytes_));
   }
   return made_;

@@ -1,11 +1,11 @@
 // Collectives on window memory (issue 19): what NCCL_WIN_COLL_SYMMETRIC
-// windows buy collectives. An all-gather or broadcast whose output lies in
-// such a window, on a communicator whose ranks are separate processes of
-// one host reached through mapped memory, runs as SM-free copies straight
-// between the ranks' buffers: each rank's shard crosses to every peer once,
-// by a copy engine, into the peer's window (mapped at registration), with
-// no SM taken. The ring instead copies each shard into the next rank's
-// FIFO, whose kernel copies it out and on: two copies per hop, on SMs.
+// windows buy collectives. An all-gather or broadcast (FERRY_WIN_COLL_OPS:
+// broadcasts only by default, the all-gathers measured no faster than the
+// ring on 2x H200) whose output lies in such a window, on a communicator whose ranks are separate
+// processes of one host reached through mapped memory, runs as SM-free copies straight between the
+// ranks' buffers: each rank's shard crosses to every peer once, by a copy engine, into the peer's
+// window (mapped at registration), with no SM taken. The ring instead copies each shard into the
+// next rank's FIFO, whose kernel copies it out and on: two copies per hop, on SMs.
 //
 // The copies are the messages of an SM-free point-to-point group
 // (enqueue/p2p_engine.h: whichever side arrives second copies, from or into
@@ -15,12 +15,12 @@
 // user's send and a window collective may be issued in any order.
 //
 // Every rank must choose the same way, or one would run the ring while its
-// peers wait on copies: the choice depends on the collective, the knob
-// FERRY_WIN_COLL_MIN_BYTES and FERRY_WIN_COLL_OPS (agreed at init), the communicator's shape, the
-// window (collReady is decided from what every rank published) and whether
-// the stream is being captured (SM-free messages cannot be captured; the
-// ring runs then). As with NCCL's symmetric windows, the user passes window
-// buffers on every rank or on none, and captures on every rank or none.
+// peers wait on copies: the choice depends on the collective, the knobs
+// FERRY_WIN_COLL_MIN_BYTES and FERRY_WIN_COLL_OPS (agreed at init), the
+// communicator's shape, the window (collReady is decided from what every rank published) and
+// whether the stream is being captured (SM-free messages cannot be captured; the ring runs then).
+// As with NCCL's symmetric windows, the user passes window buffers on every rank or on none, and
+// captures on every rank or none.
 //
 // Threading: launch() and the queries on the communicator's owner thread;
 // abort() from any thread.
@@ -41,8 +41,9 @@ class Communicator;
 
 class WindowColl {
  public:
-  // `parent` has finished its topology and p2p setup, and outlives this.
-  explicit WindowColl(Communicator* parent);
+  // `parent` has finished its topology and p2p setup, and outlives this;
+  // `ops`: parseOps of FERRY_WIN_COLL_OPS.
+  WindowColl(Communicator* parent, unsigned ops);
   ~WindowColl();
   WindowColl(const WindowColl&) = delete;
   WindowColl& operator=(const WindowColl&) = delete;
@@ -74,7 +75,7 @@ class WindowColl {
   Communicator* parent_;
   bool usable_ = false;  // the communicator's shape and knobs allow it
   uint64_t minBytes_ = 0;
-  unsigned ops_ = 0;    // kOp* bits (FERRY_WIN_COLL_OPS, checked at init)
+  unsigned ops_;        // kOp* bits (FERRY_WIN_COLL_OPS)
   bool tried_ = false;  // owner thread
   Status made_ = ncclSuccess;
   mutable std::mutex mu_;  // guards comm_ being set (owner) against abort()
