@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone collnet memory kernelnet
+#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone netoverlap netsweep collnet memory kernelnet
 #           wincoll
 set -uo pipefail
 src=$1
@@ -505,11 +505,56 @@ for s in $stages; do
       echo "mp_p2p $c across hosts: exit $? $(grep -hE 'large message|FAIL' "$out/netone-$c.log" | head -3 | tr '\n' ' ')"
     done
     timeout 240 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 230 $b/bench/ferry-bench \
-      sendrecv,alltoall -b ${NET_MIN:-8} -e ${NET_MAX:-1G} -f 8 -w 2 -n ${NET_ITERS:-5} --inplace no \
+      sendrecv,alltoall -b ${NET_MIN:-8} -e ${NET_MAX:-1G} -f 8 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no \
       --lib $b/libnccl.so.2 --compare "$nccl" >"$out/netone-bench.txt" 2>&1
     echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
     grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
     timeout 60 python3 "$src/scripts/tcp_probe.py" 1 4 2>&1 | tee "$out/netone-tcp.txt"
+    ;;
+  netoverlap)
+    # Issue 17: a GEMM's slowdown beside point-to-point traffic that crosses
+    # two emulated hosts (one GPU each), Ferry beside NVIDIA's NCCL (socket).
+    stage netoverlap
+    export NCCL_SOCKET_IFNAME=lo
+    timeout 200 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 190 $b/bench/ferry-bench \
+      sendrecv,alltoall -b ${NETOV_SIZE:-256M} -e ${NETOV_SIZE:-256M} --inplace no -w 2 -n 5 \
+      --lib $b/libnccl.so.2 --compare "$nccl" --overlap >"$out/netoverlap.txt" 2>&1
+    echo "netoverlap exit $?"; grep -v "^\[1\]" "$out/netoverlap.txt" | grep -v INFO | tail -16
+    ;;
+  netsweep)
+    # Ferry alone across two emulated hosts (one GPU each) under each knob
+    # setting of NETSWEEP ("A=1 B=2;C=3;default", ';' between settings):
+    # sendrecv, alltoall and all_reduce busbw, to find what limits the
+    # network path (compare with netone/collnet's NCCL numbers).
+    stage netsweep
+    export NCCL_SOCKET_IFNAME=lo
+    IFS=';' read -ra settings <<<"${NETSWEEP:-default}"
+    for setting in "${settings[@]}"; do
+      envs=""; [ "$setting" = default ] || envs=$setting
+      env $envs timeout 120 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 110 \
+        $b/bench/ferry-bench ${NETSWEEP_OPS:-sendrecv,alltoall,all_reduce} -b ${NET_MIN:-4K} -e ${NET_MAX:-256M} \
+        -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 >"$out/netsweep.txt" 2>&1
+      echo "--- $setting: exit $?"
+      grep -E "^\[0\] +[0-9]" "$out/netsweep.txt" | awk '{printf "%s %s %s | ", $2, $7, $9} END {print ""}'
+    done 2>&1 | tee "$out/netsweep-summary.txt"
+    ;;
+  netdiag)
+    # Per-chunk timelines (TRACE lines of the NET subsystem, "t=... us") of
+    # sendrecv and alltoall with equal message sizes (16 MiB) across two
+    # emulated hosts, and one-way traffic (scatter, gather).
+    stage netdiag
+    export NCCL_SOCKET_IFNAME=lo
+    for oc in "sendrecv 16M" "alltoall 32M" "scatter 32M" "gather 32M"; do
+      set -- $oc
+      NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=NET timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 50 \
+        $b/bench/ferry-bench $1 -b $2 -e $2 -w 1 -n 4 --inplace no --lib $b/libnccl.so.2 >"$out/netdiag-$1.txt" 2>&1
+      echo "$1 $2: exit $? $(grep -E "^\[0\] +[0-9]+ +[0-9]+ +float" "$out/netdiag-$1.txt" | awk '{print $7, $9}')"
+    done
+    for w in memop kernel; do
+      FERRY_USER_WAIT=$w timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 50 \
+        $b/bench/ferry-bench sendrecv,alltoall -b 4M -e 64M -f 4 -w 2 -n 5 --inplace no --lib $b/libnccl.so.2 >"$out/netdiag-wait-$w.txt" 2>&1
+      echo "wait $w: $(grep -E "^\[0\] +[0-9]" "$out/netdiag-wait-$w.txt" | awk '{printf "%s %s %s | ", $2, $7, $9}')"
+    done
     ;;
   collnet)
     # Collectives whose ring crosses hosts (issue 18): two ranks as two
@@ -525,7 +570,7 @@ for s in $stages; do
     done
     timeout 280 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 270 $b/bench/ferry-bench \
       ${COLLNET_OPS:-all_reduce,all_gather,reduce_scatter,broadcast} -b ${NET_MIN:-1M} -e ${NET_MAX:-256M} \
-      -f 4 -w 2 -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+      -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
       >"$out/collnet-bench.txt" 2>&1
     echo "collnet bench exit $?"; grep -v "^\[1\]" "$out/collnet-bench.txt" | grep -v INFO | tail -40
     ;;

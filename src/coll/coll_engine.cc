@@ -463,6 +463,7 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   P2pPlan plan;
   FERRY_CHECK(planP2p(tasks, peers_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
+  if (proxy_ != nullptr) proxy_->kick();  // lanes across hosts: as launch()'s ring hops
   if (connector_) {
     for (const P2pPlan::Pair& p : plan.pairs) FERRY_CHECK(connector_->ensure(p.key / 2));
   }
@@ -586,6 +587,9 @@ Status CollEngine::launch(const std::vector<CollTask>& tasks) {
     FERRY_FAIL(ncclInvalidUsage, "rank %d: this communicator has no collective ring", rank_);
   }
   FERRY_CHECK(connectFor(tasks));
+  // Ring hops across hosts: the proxy polls them without napping while
+  // these kernels run (a nap would add its length to every hop).
+  if (proxy_ != nullptr) proxy_->kick();
   for (const CollTask& t : tasks) FERRY_CHECK(launchOne(t));
   return ncclSuccess;
 }

@@ -29,6 +29,11 @@
   X(NetChunkBytes, "FERRY_NET_CHUNK_BYTES", Int, "1M",                                          \
     "Point-to-point across hosts: messages travel in chunks of this size (4K..1G; every rank "   \
     "must set the same).")                                                                       \
+  X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
+    "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
+    "them without sleeping, yielding the CPU between passes, until this many us pass with "     \
+    "nothing moved or launched; then it naps 20-200 us between passes until a launch wakes it. " \
+    "0: nap at once (less CPU, more latency).")                                                 \
   X(HostId, "NCCL_HOSTID", String, "",                                                            \
     "The host this rank believes it is on (default: the machine's own identity); ranks with "     \
     "different values use the network between them, so one machine can emulate several hosts.") \

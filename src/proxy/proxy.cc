@@ -1,6 +1,7 @@
 #include "proxy/proxy.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/params.h"
 #include "enqueue/rendezvous.h"
 
 namespace ferry {
@@ -52,6 +54,10 @@ Status Proxy::acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out) {
   out->reset();
   std::shared_ptr<Proxy> p(new Proxy());
   p->pid_ = getpid();
+  // Process-wide, read once: the proxy serves every communicator alike.
+  const int64_t spinUs =
+      std::clamp<int64_t>(Params::load().getInt(ParamId::ProxySpinUs), 0, 1000000);
+  p->spinNs_ = spinUs * 1000;
   rt::Runtime* host = runtime->kind() == rt::RuntimeKind::Host ? runtime : nullptr;
   FERRY_CHECK(RpcServer::create(host, &p->rpc_));
   p->wakeFd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -226,7 +232,7 @@ Status Proxy::detach(const void* owner, bool abort, int64_t timeoutMs) {
   return ncclSuccess;
 }
 
-void Proxy::takePosted() {
+bool Proxy::takePosted() {
   std::vector<P2pWatch> posted;
   std::vector<NetOp> netPosted;
   std::vector<const void*> drops;
@@ -239,6 +245,7 @@ void Proxy::takePosted() {
   for (P2pWatch& w : posted) watches_.push_back(std::move(w));
   for (NetOp& op : netPosted) net_->add(op);
   for (const void* owner : drops) dropOwner(owner);
+  return !posted.empty() || !netPosted.empty() || !drops.empty();
 }
 
 // Counts a finished (or dropped) message out. Last: detach() returns once
@@ -340,14 +347,51 @@ void Proxy::sleepUntilWork(int timeoutMs) {
   (void)n;
 }
 
+// Sleeps up to napUs in poll() on the eventfd; true when a post or kick()
+// wrote it (new work: poll without napping again).
+bool Proxy::napOrWake(int napUs) {
+  pollfd pfd{wakeFd_.get(), POLLIN, 0};
+  const timespec nap{0, static_cast<long>(napUs) * 1000};
+  if (ppoll(&pfd, 1, &nap, nullptr) <= 0) return false;
+  uint64_t drained = 0;
+  ssize_t n = read(wakeFd_.get(), &drained, sizeof(drained));
+  (void)n;
+  return true;
+}
+
+// One pass over network transfers and ring hops across hosts, then the wait
+// before the next: none while anything moved within the spin window (as
+// NCCL's proxy polls), else a nap that grows from 20 us to 200 us so that a
+// long wait does not take a core from the threads doing the work.
+void Proxy::pollNetwork(int64_t t, int64_t* lastActiveNs, int* napUs) {
+  const bool netMoved = !net_->empty() && net_->step(t);
+  if (stepRingHops() || netMoved) {
+    *lastActiveNs = t;
+    *napUs = kNetNapMinUs;
+    return;
+  }
+  if (t - *lastActiveNs < spinNs_) {
+    sched_yield();
+    return;
+  }
+  if (napOrWake(*napUs)) {
+    *lastActiveNs = nowNs();
+    *napUs = kNetNapMinUs;
+  } else {
+    *napUs = std::min(*napUs * 2, kNetNapMaxUs);
+  }
+}
+
 void Proxy::loop() {
   int64_t lastPeerCheckNs = 0;
-  auto nap = std::chrono::microseconds(kNetNapMinUs);
+  int64_t lastActiveNs = nowNs();
+  int napUs = kNetNapMinUs;
   // Acquire: pairs with the release store in ~Proxy.
   while (!stop_.load(std::memory_order_acquire)) {
-    takePosted();
+    const bool posted = takePosted();
     rpc_->serve();
     int64_t t = nowNs();
+    if (posted) lastActiveNs = t;
     bool peers = t - lastPeerCheckNs > 10000000;  // every 10 ms
     if (peers) lastPeerCheckNs = t;
     checkWatches(peers);
@@ -357,22 +401,12 @@ void Proxy::loop() {
       hops = !hopSets_.empty();
     }
     if (!net_->empty() || hops) {
-      // Network transfers are driven by polling, as NCCL's proxy does:
-      // straight on while they move; while they wait (for a staging copy,
-      // a FIFO slot, or the peer) naps that grow from 20 us to 200 us, so
-      // a long wait does not take a core from the threads doing the work.
-      // Ring hops across hosts are persistent: while a communicator has
-      // them the proxy polls them, napping while they are idle.
-      const bool netMoved = !net_->empty() && net_->step(t);
-      if (stepRingHops() || netMoved) {
-        nap = std::chrono::microseconds(kNetNapMinUs);
-      } else {
-        std::this_thread::sleep_for(nap);
-        nap = std::min(nap * 2, std::chrono::microseconds(kNetNapMaxUs));
-      }
+      pollNetwork(t, &lastActiveNs, &napUs);
       continue;
     }
     sleepUntilWork(watches_.empty() ? 50 : 1);
+    // Whatever woke the thread (a post, a kick) starts a spin window.
+    lastActiveNs = nowNs();
   }
   net_->dropAll();
   for (P2pWatch& w : watches_) w.mapping.reset();

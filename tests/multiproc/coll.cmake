@@ -93,6 +93,8 @@ ferry_coll_hosts_test(coll.hosts.matrix.2x1 2 2 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
   "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=3")
 ferry_coll_hosts_test(coll.hosts.mixed.2x2 4 2 mixed)
+# Ring hops stepped by a proxy that naps on every idle pass (no spin window).
+ferry_coll_hosts_test(coll.hosts.mixed.nospin.2x1 2 2 mixed FERRY_PROXY_SPIN_US=0)
 ferry_coll_hosts_test(coll.hosts.stress.3x2 6 3 stress)
 ferry_coll_hosts_test(coll.hosts.abort.2x2 4 2 abort)
 # The hierarchical all-reduce (comm/hier_allreduce.h), forced by NCCL_ALGO
