@@ -106,10 +106,9 @@ class P2pEngine {
   // Every rank's proxy RPC name as exchanged at setup, by rank (empty
   // where no same-host connection exists: other hosts, collectives-only).
   std::vector<std::string> peerProxyNames() const;
-  // Staging blocks held (grown on demand, kept for reuse; owner thread).
-  uint64_t stagingBytes() const {
-    return (devicePool_ ? devicePool_->bytes() : 0) + (hostPool_ ? hostPool_->bytes() : 0);
-  }
+  // Staging blocks held, same-host pools and network connections' (grown
+  // on demand, kept for reuse; owner thread).
+  uint64_t stagingBytes() const;
 
   // Windows (comm/windows.h). How a peer process would map `bytes` at
   // `buffer` (*mappable false: it cannot, e.g. pool or cuMem memory on CUDA).

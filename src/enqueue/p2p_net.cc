@@ -48,6 +48,16 @@ struct P2pEngine::NetTask {
   NetOp op;
 };
 
+uint64_t P2pEngine::stagingBytes() const {
+  uint64_t bytes = (devicePool_ ? devicePool_->bytes() : 0) + (hostPool_ ? hostPool_->bytes() : 0);
+  auto add = [&bytes](const ConnectionBase* c) {
+    if (c != nullptr && c->netBuffers) bytes += c->netBuffers->stagingBytes();
+  };
+  for (const auto& c : state_.send) add(c.get());
+  for (const auto& c : state_.recv) add(c.get());
+  return bytes;
+}
+
 bool P2pEngine::isNet(const P2pTask& t) const {
   const ConnectionBase* c = t.isSend ? static_cast<const ConnectionBase*>(state_.send[t.peer].get())
                                      : state_.recv[t.peer].get();
@@ -113,7 +123,7 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   op->asyncError = asyncError_;
   op->timeoutNs = opTimeoutNs_;
   FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, &op->data, &op->mhandle,
-                                     &op->blockBytes));
+                                     &op->blockBytes, &op->reuseAfter));
   if (!t.isSend) return ncclSuccess;
   // The trailer (net_progress.h) goes right after the bytes; the block is
   // free, so the CPU writes it now.

@@ -140,6 +140,9 @@ Status NetProgress::postChunks(ConnState& c, bool* moved) {
       s = link.engine->isend(link.comm, op.data + op.posted * op.chunkBytes, op.wireSize(op.posted),
                              0, op.mhandle, &request);
     } else {
+      // Acquire: pairs with the copy stream's write of `drained` after its
+      // copies out of this (reused) block; only then may chunks land in it.
+      if (op.posted == 0 && op.reuseAfter > words.drained.load()) return ncclSuccess;
       void* at = op.data + op.posted * op.chunkBytes;
       // Room for a full chunk and a trailer (inside the block): a send of
       // another size then lands whole, and checkArrival names the

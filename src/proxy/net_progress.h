@@ -59,6 +59,7 @@ struct NetOp {
   uint64_t firstChunk = 0;                    // connection-wide number of the message's chunk 0
   std::atomic<Status>* asyncError = nullptr;  // the communicator's
   int64_t timeoutNs = 0;                      // FERRY_P2P_TIMEOUT; 0: none
+  uint64_t reuseAfter = 0;  // receive: land nothing before `drained` >= this (a reused block)
   int64_t postedNs = 0;
 
   // Proxy state: chunks handed to the engine, and completed.

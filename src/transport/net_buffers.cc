@@ -34,16 +34,30 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
   return ncclSuccess;
 }
 
-Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandle, uint64_t* size) {
+Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandle, uint64_t* size,
+                        uint64_t* reuseAfter) {
+  *reuseAfter = 0;
   // Acquire: the network (send) or the copy stream (receive) is done with
   // a block once the word says so.
   const uint64_t done = link_->isSend ? words_->sent.load() : words_->drained.load();
   Region* best = nullptr;
+  Region* firstToFree = nullptr;  // among the busy blocks that fit
+  int fitting = 0;
   for (Region& b : blocks_) {
-    bool free = b.busyUntil <= done;
-    if (free && b.mem->size() >= bytes && (best == nullptr || b.mem->size() < best->mem->size())) {
-      best = &b;
+    if (b.mem->size() < bytes) continue;
+    ++fitting;
+    if (b.busyUntil > done) {
+      if (firstToFree == nullptr || b.busyUntil < firstToFree->busyUntil) firstToFree = &b;
+      continue;
     }
+    if (best == nullptr || b.mem->size() < best->mem->size()) best = &b;
+  }
+  if (best == nullptr && !link_->isSend && fitting >= kRecvBlocksPerSize) {
+    // Messages of a connection drain in order, so the block's last user
+    // drains before this message's copies begin; the proxy waits for that
+    // (NetOp::reuseAfter) before landing chunks in it. No stream waits.
+    best = firstToFree;
+    *reuseAfter = best->busyUntil;
   }
   if (best == nullptr) {
     // Powers of two from 1 MiB to 64 MiB, then multiples of 64 MiB (plus

@@ -50,9 +50,15 @@ class NetBuffers {
   // A registered block of >= bytes for message `seq`, free again once the
   // message is done with it: sent (words().sent > seq) on a send
   // connection, drained (words().drained > seq) on a receive connection.
-  // *size: the block's size.
+  // *size: the block's size. *reuseAfter: 0, or (receive connections) the
+  // `drained` value the block needs first: a receive connection that holds
+  // kRecvBlocksPerSize blocks that fit, all busy, reuses the one that
+  // frees first instead of pinning another, and the proxy lands nothing
+  // in it before then (trap 41: a CPU that runs ahead would otherwise pin
+  // a block per message in flight).
   [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, char** data, void** mhandle,
-                            uint64_t* size);
+                            uint64_t* size, uint64_t* reuseAfter);
+  static constexpr int kRecvBlocksPerSize = 2;
   uint64_t stagingBytes() const { return stagingBytes_; }
 
  private:

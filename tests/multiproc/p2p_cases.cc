@@ -610,6 +610,50 @@ void caseFirstUse(World& w) {
   }
 }
 
+// Trap 41: a receive connection across hosts pins at most two staging
+// blocks of a size (NetBuffers::kRecvBlocksPerSize), however many receives
+// are in flight: the third and later reuse the first to free, and the proxy
+// lands nothing in one before its previous message drained. The sender
+// holds its k sends back until the receiver has issued all k receives, so
+// each receive finds the earlier blocks busy; without the reuse the
+// receiver would pin k blocks. Every byte is checked, twice over.
+void caseRecvDepth(World& w) {
+  if (w.nranks != 2 || !onOtherHost(0, 1)) return;  // the network path only
+  const int peer = w.rank ^ 1;
+  const bool sender = w.rank == 0;
+  const int k = 8;
+  const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 7) + 3;
+  for (uint64_t round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<Message>> msgs;
+    for (int i = 0; i < k; ++i) {
+      msgs.push_back(std::make_unique<Message>(w, 70 + round * k + i, sender ? w.rank : peer,
+                                               sender ? peer : w.rank, bytes, BufferKind::Plain));
+      if (sender) {
+        msgs.back()->fillAsSender();
+      } else {
+        msgs.back()->poison();
+      }
+    }
+    EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    if (sender) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (auto& m : msgs) {
+      EXPECT_OK(sender ? ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream)
+                       : ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    if (sender) continue;
+    for (auto& m : msgs) m->verify("recvdepth");
+    unsigned long long staging = 0;
+    EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+    printf("recvdepth: %d receives of %zu bytes in flight: %llu bytes of receive staging\n", k,
+           bytes, staging);
+    // Two blocks of < 2 x bytes each; k blocks without the reuse.
+    EXPECT_TRUE(staging > 0 && staging <= 6 * bytes,
+                "%llu bytes of staging for %d receives of %zu bytes (expected two blocks)", staging,
+                k, bytes);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -619,7 +663,7 @@ int main(int argc, char** argv) {
       {"large", caseLarge},         {"abort", caseAbortInFlight}, {"timeout", caseTimeout},
       {"swap", caseSwap},           {"many", caseMany},           {"ktimeout", caseKernelTimeout},
       {"self", caseSelf},           {"overwrite", caseOverwrite}, {"pipeline", casePipeline},
-      {"firstuse", caseFirstUse},
+      {"firstuse", caseFirstUse},   {"recvdepth", caseRecvDepth},
   };
   return runCase(argc, argv, cases);
 }
