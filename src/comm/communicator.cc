@@ -134,7 +134,7 @@ Status Communicator::enableSameProcessPeers() {
 Status Communicator::initP2p(const ncclUniqueId& id) {
   FERRY_CHECK(enableSameProcessPeers());
   std::shared_ptr<Proxy> proxy;
-  FERRY_CHECK(Proxy::acquire(runtime_, &proxy));
+  FERRY_CHECK(Proxy::acquire(runtime_, params_.getInt(ParamId::ProxySpinUs), &proxy));
   P2pSetupContext ctx;
   ctx.runtime = runtime_;
   ctx.bootstrap = bootstrap_.get();

@@ -98,6 +98,16 @@ bool P2pEngine::reaches(int peer, bool send) const {
   return send ? state_.send[peer] != nullptr : state_.recv[peer] != nullptr;
 }
 
+uint64_t P2pEngine::stagingBytes() const {
+  uint64_t bytes = (devicePool_ ? devicePool_->bytes() : 0) + (hostPool_ ? hostPool_->bytes() : 0);
+  auto add = [&bytes](const ConnectionBase* c) {
+    if (c != nullptr && c->netBuffers) bytes += c->netBuffers->stagingBytes();
+  };
+  for (const auto& c : state_.send) add(c.get());
+  for (const auto& c : state_.recv) add(c.get());
+  return bytes;
+}
+
 Status P2pEngine::newEvent(std::shared_ptr<rt::Event>* out) {
   std::unique_ptr<rt::Event> ev;
   {

@@ -48,16 +48,6 @@ struct P2pEngine::NetTask {
   NetOp op;
 };
 
-uint64_t P2pEngine::stagingBytes() const {
-  uint64_t bytes = (devicePool_ ? devicePool_->bytes() : 0) + (hostPool_ ? hostPool_->bytes() : 0);
-  auto add = [&bytes](const ConnectionBase* c) {
-    if (c != nullptr && c->netBuffers) bytes += c->netBuffers->stagingBytes();
-  };
-  for (const auto& c : state_.send) add(c.get());
-  for (const auto& c : state_.recv) add(c.get());
-  return bytes;
-}
-
 bool P2pEngine::isNet(const P2pTask& t) const {
   const ConnectionBase* c = t.isSend ? static_cast<const ConnectionBase*>(state_.send[t.peer].get())
                                      : state_.recv[t.peer].get();

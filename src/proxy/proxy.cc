@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/params.h"
 #include "enqueue/rendezvous.h"
 
 namespace ferry {
@@ -45,7 +44,7 @@ void releaseWaits(const P2pWatch& w) {
   if (w.waitsReady) s.ready.store(kReleased);
 }
 
-Status Proxy::acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out) {
+Status Proxy::acquire(rt::Runtime* runtime, int64_t spinUs, std::shared_ptr<Proxy>* out) {
   std::lock_guard<std::mutex> lock(gProxyMu);
   *out = gProxy.lock();
   // A fork() child inherits its parent's proxy without its thread: its own
@@ -54,10 +53,9 @@ Status Proxy::acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out) {
   out->reset();
   std::shared_ptr<Proxy> p(new Proxy());
   p->pid_ = getpid();
-  // Process-wide, read once: the proxy serves every communicator alike.
-  const int64_t spinUs =
-      std::clamp<int64_t>(Params::load().getInt(ParamId::ProxySpinUs), 0, 1000000);
-  p->spinNs_ = spinUs * 1000;
+  // Process-wide: the first communicator's value; the proxy serves every
+  // communicator alike.
+  p->spinNs_ = std::clamp<int64_t>(spinUs, 0, 1000000) * 1000;
   rt::Runtime* host = runtime->kind() == rt::RuntimeKind::Host ? runtime : nullptr;
   FERRY_CHECK(RpcServer::create(host, &p->rpc_));
   p->wakeFd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));

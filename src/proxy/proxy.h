@@ -46,7 +46,9 @@ namespace ferry {
 class Proxy {
  public:
   ~Proxy();
-  [[nodiscard]] static Status acquire(rt::Runtime* runtime, std::shared_ptr<Proxy>* out);
+  // `spinUs`: FERRY_PROXY_SPIN_US, used when this call starts the thread.
+  [[nodiscard]] static Status acquire(rt::Runtime* runtime, int64_t spinUs,
+                                      std::shared_ptr<Proxy>* out);
 
   RpcServer& rpc() { return *rpc_; }
 
