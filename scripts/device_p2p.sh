@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone netoverlap netsweep collnet memory kernelnet
+#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
 #           wincoll
 set -uo pipefail
 src=$1
@@ -505,7 +505,7 @@ for s in $stages; do
       echo "mp_p2p $c across hosts: exit $? $(grep -hE 'large message|FAIL' "$out/netone-$c.log" | head -3 | tr '\n' ' ')"
     done
     timeout 240 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 230 $b/bench/ferry-bench \
-      sendrecv,alltoall -b ${NET_MIN:-8} -e ${NET_MAX:-1G} -f 8 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no \
+      sendrecv,alltoall -b ${NET_MIN:-8} -e ${NET_MAX:-1G} -f ${NET_F:-8} -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no \
       --lib $b/libnccl.so.2 --compare "$nccl" >"$out/netone-bench.txt" 2>&1
     echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
     grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
@@ -556,6 +556,20 @@ for s in $stages; do
       echo "wait $w: $(grep -E "^\[0\] +[0-9]" "$out/netdiag-wait-$w.txt" | awk '{printf "%s %s %s | ", $2, $7, $9}')"
     done
     ;;
+  netlat)
+    # Where a small operation across two emulated hosts spends its time:
+    # TRACE timelines of the proxy (chunk posted/done), the socket engine
+    # (hand-off to helpers, helper done) for a few ops and sizes; logs
+    # under $out/netlat-*.txt (scripts/netlat_summary.py reads them).
+    stage netlat
+    export NCCL_SOCKET_IFNAME=lo
+    for oc in ${NETLAT_CASES:-sendrecv:4K alltoall:4K all_reduce:4K sendrecv:4M all_reduce:4M}; do
+      IFS=: read -r op size <<<"$oc"
+      NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=NET timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 50 \
+        $b/bench/ferry-bench $op -b $size -e $size -w 10 -n 10 --inplace no --lib $b/libnccl.so.2 >"$out/netlat-$op-$size.txt" 2>&1
+      echo "$op $size: exit $? $(grep -E "^\[0\] +[0-9]+ +[0-9]+ +[a-z0-9]+ +" "$out/netlat-$op-$size.txt" | awk '{print $7 " us"}')"
+    done
+    ;;
   collnet)
     # Collectives whose ring crosses hosts (issue 18): two ranks as two
     # emulated hosts on whatever GPUs there are; correctness (every type,
@@ -569,7 +583,7 @@ for s in $stages; do
       echo "mp_coll $c across hosts: exit $? $(grep -hE 'verified|FAIL' "$out/collnet-$c.log" | head -3 | tr '\n' ' ')"
     done
     timeout 280 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 270 $b/bench/ferry-bench \
-      ${COLLNET_OPS:-all_reduce,all_gather,reduce_scatter,broadcast} -b ${NET_MIN:-1M} -e ${NET_MAX:-256M} \
+      ${COLLNET_OPS:-all_reduce,all_gather,reduce_scatter,broadcast} -b ${COLLNET_MIN:-${NET_MIN:-1M}} -e ${NET_MAX:-256M} \
       -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
       >"$out/collnet-bench.txt" 2>&1
     echo "collnet bench exit $?"; grep -v "^\[1\]" "$out/collnet-bench.txt" | grep -v INFO | tail -40
@@ -588,7 +602,7 @@ for s in $stages; do
     done
     for mode in 0 1; do
       NCCL_PASS_SM=$mode timeout 200 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 190 \
-        $b/bench/ferry-bench sendrecv -b 4K -e ${NET_MAX:-64M} -f 4 -w 2 -n 5 --inplace no \
+        $b/bench/ferry-bench sendrecv -b 4K -e ${KNET_MAX:-64M} -f 4 -w 2 -n 5 --inplace no \
         --lib $b/libnccl.so.2 >"$out/kernelnet-bench-$mode.txt" 2>&1
       echo "sendrecv across hosts, NCCL_PASS_SM=$mode: exit $?"; grep -E "^\[0\] +[0-9]" "$out/kernelnet-bench-$mode.txt" | tail -12
     done

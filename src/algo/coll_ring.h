@@ -39,6 +39,9 @@
 //     // Every thread calls after its own data stores/loads for the step; one
 //     // store of `value` to *flag, ordered after all of them (release).
 //     static void post(Ctx&, uint64_t* flag, uint64_t value);
+//     // One store of `value` to *word by the thread that posts next, in
+//     // program order before that post (whose release then covers it).
+//     static void note(Ctx&, uint64_t* word, uint64_t value);
 //     // value[i] = local ? pre(local[i]) : fifo[i], combined with fifo[i]
 //     // when both are given; post(value) when `final`; stored to dst0 and
 //     // dst1 (either may be null). `fifo` was written by a peer: read it
@@ -92,8 +95,13 @@ struct RingChannel {
   uint64_t* sendTail;  // the next position's recvTail (mapped)
   uint64_t* sendHead;  // own memory; the next position publishes drains
   uint64_t* recvHead;  // the previous position's sendHead (mapped)
-  uint64_t sendStep;   // slots sent on this channel so far (persistent)
-  uint64_t recvStep;   // slots received so far (persistent)
+  // Only where the next position is on another host (a ring hop carries
+  // the slots: proxy/ring_hop.h): the bytes the kernel put in each slot,
+  // by step % nslots, so that the hop ships those and not the whole slot.
+  // Null otherwise.
+  uint64_t* sendSizes;
+  uint64_t sendStep;  // slots sent on this channel so far (persistent)
+  uint64_t recvStep;  // slots received so far (persistent)
   // The LL protocol's connection (algo/coll_ll.h), ring channels only: its
   // own FIFO, head flags and counters, the same roles as above (no tails:
   // LL lines carry their own flags).
@@ -210,8 +218,8 @@ class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
   FERRY_HD RingPrims(typename P::Ctx& ctx, const RingChannel& ch, const Op& op, uint32_t nslots,
                      uint64_t sliceElts)
       : ctx_(ctx),
-        ch_{ch.recvFifo, ch.sendFifo, ch.recvTail, ch.sendTail,
-            ch.sendHead, ch.recvHead, ch.sendStep, ch.recvStep},
+        ch_{ch.recvFifo, ch.sendFifo,  ch.recvTail, ch.sendTail, ch.sendHead,
+            ch.recvHead, ch.sendSizes, ch.sendStep, ch.recvStep},
         op_(op),
         nslots_(nslots),
         sliceElts_(sliceElts) {}
@@ -262,8 +270,13 @@ class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
       }
       P::template reduceCopy<T, Op>(ctx_, op_, in != nullptr ? in + off : nullptr, fifo, sendSlot,
                                     out != nullptr ? out + off : nullptr, m, final);
-      // Release: the slot's data (sender) resp. our reads of it (receiver)
-      // are ordered before the counter the peer acquires.
+      // The slot's size goes first (a ring hop reads it once it acquired
+      // the tail); release: the slot's data and size (sender) resp. our
+      // reads of it (receiver) are ordered before the counter the peer
+      // acquires.
+      if (send && ch_.sendSizes != nullptr) {
+        P::note(ctx_, ch_.sendSizes + ch_.sendStep % nslots_, m * sizeof(T));
+      }
       if (send) P::post(ctx_, ch_.sendTail, ++ch_.sendStep);
       if (recv) P::post(ctx_, ch_.recvHead, ++ch_.recvStep);
     }
@@ -278,6 +291,7 @@ class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
     uint64_t* sendTail;
     uint64_t* sendHead;
     uint64_t* recvHead;
+    uint64_t* sendSizes;
     uint64_t sendStep;
     uint64_t recvStep;
   };

@@ -74,6 +74,10 @@ struct HostPlatform {
   static void post(Ctx&, uint64_t* flag, uint64_t value) {
     std::atomic_ref<uint64_t>(*flag).store(value, std::memory_order_release);
   }
+  // Relaxed: the post() that follows on this thread (release) publishes it.
+  static void note(Ctx&, uint64_t* word, uint64_t value) {
+    std::atomic_ref<uint64_t>(*word).store(value, std::memory_order_relaxed);
+  }
 
   // ---- LL (algo/coll_ll.h): one thread does every line of a step ----
   struct LineIo {

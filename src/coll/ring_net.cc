@@ -104,10 +104,13 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
   // sends), the previous rank's flag lines (the kernel's acknowledgements).
   const uint64_t fifoBytes = layout.fifoBytes;
   if (nextRemote) {
-    const uint64_t bytes = layout.fifos + static_cast<uint64_t>(nchannels) * fifoBytes;
-    FERRY_CHECK(ctx.runtime->allocHost(bytes, &out->nextMirror));
+    const uint64_t fifosEnd = layout.fifos + static_cast<uint64_t>(nchannels) * fifoBytes;
+    const uint64_t sizesBytes = static_cast<uint64_t>(nchannels) * nslots * sizeof(uint64_t);
+    FERRY_CHECK(ctx.runtime->allocHost(fifosEnd + sizesBytes, &out->nextMirror));
     memset(out->nextMirror->ptr(), 0, layout.fifos);
     *nextBase = static_cast<char*>(out->nextMirror->ptr());
+    out->sendSizes = reinterpret_cast<uint64_t*>(*nextBase + fifosEnd);
+    memset(out->sendSizes, 0, sizesBytes);
   }
   if (prevRemote) {
     FERRY_CHECK(ctx.runtime->allocHost(layout.llFifos, &out->prevMirror));
@@ -122,6 +125,7 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
       h->fifo = *nextBase + layout.fifos + c * fifoBytes;
       h->kernelWord = ringFlagLine(*nextBase, c, 0);  // the kernel's sendTail
       h->proxyWord = ringFlagLine(ownCpu, c, 1);      // the kernel's sendHead
+      h->sizes = out->sendSizes + static_cast<uint64_t>(c) * nslots;
     } else {
       h->fifo = ownCpu + layout.fifos + c * fifoBytes;
       h->kernelWord = ringFlagLine(*prevBase, c, 1);  // the kernel's recvHead
@@ -141,13 +145,17 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
 namespace {
 
 // Peer q's mirror: this rank's lane flag lines in q's region (lanes x 3
-// lines: the kernel's sendTail, recvHead, LL head) and its FIFO slice.
-Status makePeerMirror(const P2pSetupContext& ctx, uint32_t lanes, uint64_t fifoBytes,
+// lines: the kernel's sendTail, recvHead, LL head), the slot sizes, and its
+// FIFO slice.
+Status makePeerMirror(const P2pSetupContext& ctx, const PeerNetShape& s, uint64_t fifoBytes,
                       PeerMirror* m) {
-  const uint64_t flagBytes = algo::roundUp(static_cast<uint64_t>(lanes) * 3 * kRingFlagLine, 4096);
+  const uint64_t lineBytes = static_cast<uint64_t>(s.lanes) * 3 * kRingFlagLine;
+  const uint64_t sizeBytes = static_cast<uint64_t>(s.lanes) * s.laneSlots * sizeof(uint64_t);
+  const uint64_t flagBytes = algo::roundUp(lineBytes + sizeBytes, 4096);
   FERRY_CHECK(ctx.runtime->allocHost(flagBytes + fifoBytes, &m->memory));
   memset(m->memory->ptr(), 0, flagBytes);
   m->flags = static_cast<char*>(m->memory->ptr());
+  m->sizes = reinterpret_cast<uint64_t*>(m->flags + lineBytes);
   m->fifo = m->flags + flagBytes;
   return ncclSuccess;
 }
@@ -171,7 +179,7 @@ Status setupPeerNet(const P2pSetupContext& ctx, const PeerNetShape& s,
   out->mirrors.resize(n);
   for (int q = 0; engine != nullptr && q < n; ++q) {
     if (t.links[q] != PeerLink::OtherHost) continue;
-    FERRY_CHECK(makePeerMirror(ctx, s.lanes, layout.fifoBytes, &out->mirrors[q]));
+    FERRY_CHECK(makePeerMirror(ctx, s, layout.fifoBytes, &out->mirrors[q]));
     for (uint32_t lane = 0; lane < s.lanes; ++lane) {
       auto hop = std::make_unique<RingHop>();
       hop->isSend = false;
@@ -207,6 +215,7 @@ Status setupPeerNet(const P2pSetupContext& ctx, const PeerNetShape& s,
       h->fifo = m.fifo + lane * laneFifo;
       h->kernelWord = ringFlagLine(m.flags, lane, 0);               // its sendTail
       h->proxyWord = ringFlagLine(ownCpu, conn(h->peer, lane), 1);  // its sendHead
+      h->sizes = m.sizes + static_cast<uint64_t>(lane) * s.laneSlots;
     } else {
       h->fifo = ownCpu + layout.fifos + static_cast<uint64_t>(h->peer) * layout.fifoBytes +
                 lane * laneFifo;

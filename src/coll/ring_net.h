@@ -30,6 +30,10 @@ struct RingRegionLayout;
 struct RingNet {
   std::unique_ptr<rt::HostMemory> nextMirror;  // when the next rank is remote
   std::unique_ptr<rt::HostMemory> prevMirror;  // when the previous rank is remote
+  // In nextMirror, after the FIFOs: channels x nslots words, the bytes the
+  // kernel put in each slot (RingChannel::sendSizes); null when the next
+  // rank is on this host.
+  uint64_t* sendSizes = nullptr;
   std::vector<std::unique_ptr<RingHop>> hops;
 };
 
@@ -45,6 +49,9 @@ struct PeerMirror {
   std::unique_ptr<rt::HostMemory> memory;
   char* flags = nullptr;  // lanes x 3 flag lines (sendTail, recvHead, LL head)
   char* fifo = nullptr;   // this rank's FIFO slice of the peer's region
+  // lanes x slots words after the flag lines: the bytes the kernel put in
+  // each slot (RingChannel::sendSizes), so the hops ship only those.
+  uint64_t* sizes = nullptr;
 };
 struct PeerNet {
   std::vector<PeerMirror> mirrors;  // by rank; empty for same-host ranks

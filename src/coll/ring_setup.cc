@@ -252,7 +252,7 @@ Status mapPeerRegion(const RingSetupContext& ctx, int owner, const RegionInfo& i
 // are acknowledged to `prev`; the peer side is the same channel of their
 // regions.
 algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, char* prev,
-                               char* next) {
+                               char* next, uint64_t* sendSizes) {
   const int remoteConn = conn;
   const RingRegionLayout l = ringRegionLayout(res.nchannels, res.peerConns, res.p2pLanes,
                                               res.nslots, res.slotBytes, res.llSlotBytes);
@@ -267,6 +267,8 @@ algo::RingChannel connectionOf(const RingResources& res, int conn, char* own, ch
   c.sendTail = line(next, remoteConn, 0);
   c.sendHead = line(own, conn, 1);
   c.recvHead = line(prev, remoteConn, 1);
+  c.sendSizes =
+      sendSizes != nullptr ? sendSizes + static_cast<uint64_t>(conn) * res.nslots : nullptr;
   // The LL connection of the channel.
   auto llFifo = [&](char* base, int c) { return base + l.llFifos + c * l.llFifoBytes; };
   c.llRecvFifo = llFifo(own, conn);
@@ -330,6 +332,7 @@ algo::RingChannel peerLaneOf(const RingResources& res, int q, int me, uint32_t l
     c.sendFifo = mirror->fifo + lane * (l.fifoBytes / res.p2pLanes);
     c.sendTail = ringFlagLine(mirror->flags, lane, 0);
     c.recvHead = ringFlagLine(mirror->flags, lane, 1);
+    c.sendSizes = mirror->sizes + static_cast<uint64_t>(lane) * res.p2pLaneSlots;
     c.llSendFifo = nullptr;
     c.llRecvHead = ringFlagLine(mirror->flags, lane, 2);
   }
@@ -349,7 +352,8 @@ Status publishRingTables(const RingSetupContext& ctx, RingResources* res, char* 
                          char* nextBase) {
   std::vector<algo::RingChannel> table(res->nchannels);
   for (int h = 0; h < res->nchannels; ++h)
-    table[h] = connectionOf(*res, h, res->own.base, prevBase, nextBase);
+    table[h] = connectionOf(*res, h, res->own.base, prevBase, nextBase,
+                            res->net ? res->net->sendSizes : nullptr);
   FERRY_CHECK(
       copyTable(ctx, table.data(), sizeof(algo::RingChannel) * table.size(), &res->channels));
   std::vector<int32_t> ring(ctx.topology->ringOrder.begin(), ctx.topology->ringOrder.end());

@@ -554,6 +554,14 @@ struct DevicePlatform {
     if (threadIdx.x == 0) coll::storeReleaseSys(flag, value);
   }
 
+  // Thread 0 (the one that posts) stores the word; its post's release,
+  // later in its program order, publishes it with the slot.
+  __device__ static void note(Ctx&, uint64_t* word, uint64_t value) {
+    if (threadIdx.x == 0) {
+      asm volatile("st.relaxed.sys.u64 [%0], %1;" : : "l"(word), "l"(value) : "memory");
+    }
+  }
+
   // ---- LL (algo/coll_ll.h): thread t takes lines t, t + blockDim.x, ... ----
   // Ends with one barrier, which also orders every thread's line reads
   // before postHead. A failure anywhere fails every thread; thread 0 learns

@@ -159,6 +159,9 @@ void Comm::dispatch(Request* r) {
     batches_[static_cast<size_t>(sock / layout_.nSocksPerThread)].push_back(t);
   }
   nextSock_ = static_cast<int>((static_cast<uint64_t>(nextSock_) + n) % nData);
+  FERRY_TRACE(kLogNet, "t=%lld us: net/socket: %s %llu (%llu bytes) to %u helper task(s)",
+              traceNowUs(), send_ ? "send" : "receive", static_cast<unsigned long long>(r->seq),
+              static_cast<unsigned long long>(r->size), n);
   for (size_t w = 0; w < batches_.size(); ++w) {
     if (!batches_[w].empty()) workers_[w]->post(&batches_[w]);
   }

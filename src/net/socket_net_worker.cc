@@ -127,6 +127,9 @@ bool Worker::progressSocket(int s) {
     }
     if (t.done < t.len) break;
     Request* r = t.req;
+    FERRY_TRACE(kLogNet, "t=%lld us: net/socket: helper %d %s %llu bytes of %s %llu", traceNowUs(),
+                index_, send_ ? "wrote" : "read", static_cast<unsigned long long>(t.len),
+                send_ ? "send" : "receive", static_cast<unsigned long long>(r->seq));
     q.pop_front();
     // Release: every byte of this chunk was written to (receive) or read
     // from (send) the caller's buffer before; the proxy's acquire load of

@@ -1,7 +1,6 @@
 #include "proxy/net_progress.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -51,15 +50,6 @@ Status checkArrival(const ConnectionBase& conn, const NetOp& op, uint64_t chunk,
              size);
 }
 
-// Microseconds on the steady clock, for the per-chunk TRACE timeline (NET
-// subsystem): where a message across hosts waits shows as gaps between a
-// chunk's post and its completion, or between one message and the next.
-long long traceUs() {
-  return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                    std::chrono::steady_clock::now().time_since_epoch())
-                                    .count());
-}
-
 }  // namespace
 
 void NetProgress::add(NetOp op) {
@@ -107,7 +97,7 @@ Status NetProgress::testRequests(ConnState& c, bool* moved) {
     }
     if (!done) return ncclSuccess;
     *moved = true;
-    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu done (message %llu)", traceUs(),
+    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu done (message %llu)", traceNowUs(),
                 direction(*c.conn), c.conn->peer, static_cast<unsigned long long>(f.chunk),
                 static_cast<unsigned long long>(op.seq));
     if (!c.conn->isSend) FERRY_CHECK(checkArrival(*c.conn, op, f.chunk, size));
@@ -161,7 +151,7 @@ Status NetProgress::postChunks(ConnState& c, bool* moved) {
     }
     if (request == nullptr) return ncclSuccess;  // the engine says "not now"
     c.requests.push_back(InFlight{request, chunk});
-    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu posted (message %llu)", traceUs(),
+    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu posted (message %llu)", traceNowUs(),
                 direction(*c.conn), c.conn->peer, static_cast<unsigned long long>(chunk),
                 static_cast<unsigned long long>(op.seq));
     // `posting` moves past an op as soon as its last chunk is posted, so

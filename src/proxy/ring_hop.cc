@@ -46,6 +46,18 @@ Status RingHop::stop(Status s, const char* what) {
              describe().c_str(), static_cast<unsigned long long>(done), what, statusString(s));
 }
 
+// The bytes step k's slot carries: what the kernel wrote there (read after
+// the acquire of its tail, which its size store precedes), or the whole
+// slot where the kernel reports no sizes. A size outside 1..slotBytes
+// (never written by a correct kernel) ships the whole slot.
+uint64_t RingHop::sendBytes(uint64_t k) const {
+  if (sizes == nullptr) return slotBytes;
+  // Relaxed: ordered by the acquire of kernelWord that let step k post.
+  const uint64_t n =
+      std::atomic_ref<const uint64_t>(sizes[k % nslots]).load(std::memory_order_relaxed);
+  return n == 0 || n > slotBytes ? slotBytes : n;
+}
+
 Status RingHop::step(bool* moved) {
   if (failed) return ncclSuccess;
   NetLink& l = *link;
@@ -56,9 +68,9 @@ Status RingHop::step(bool* moved) {
     Status s = l.engine->test(requests.front(), &finished, &size);
     if (!ok(s)) return stop(s, "test");
     if (!finished) break;
-    if (!isSend && size != slotBytes) {
+    if (!isSend && (size == 0 || size > slotBytes)) {
       failed = true;
-      FERRY_FAIL(ncclRemoteError, "NET/%s: %s: step %llu carried %zu bytes, expected %llu",
+      FERRY_FAIL(ncclRemoteError, "NET/%s: %s: step %llu carried %zu bytes, expected 1..%llu",
                  l.engine->name(), describe().c_str(), static_cast<unsigned long long>(done), size,
                  static_cast<unsigned long long>(slotBytes));
     }
@@ -78,7 +90,7 @@ Status RingHop::step(bool* moved) {
     void* request = nullptr;
     Status s;
     if (isSend) {
-      s = l.engine->isend(l.comm, slot, slotBytes, 0, mhandle, &request);
+      s = l.engine->isend(l.comm, slot, sendBytes(posted), 0, mhandle, &request);
     } else {
       void* at = slot;
       size_t want = slotBytes;

@@ -7,7 +7,11 @@
 //     count); the proxy isends each filled slot whole, in step order, and
 //     publishes how many isends completed as the kernel's sendHead
 //     (`proxyWord`): a slot may be refilled once the engine is done with it.
-//   receiver (previous rank remote): the proxy keeps irecvs posted into the
+//     Only the bytes the kernel put in the slot travel (`sizes`, which the
+//     kernel writes before its tail): a small collective moves its bytes,
+//     not nslots x slotBytes.
+//   receiver (previous rank remote): the proxy keeps irecvs posted (of a
+//     whole slot; a step may carry less) into the
 //     rank's own FIFO slots that the kernel has drained (its recvHead acks
 //     land in a mirror word, `kernelWord`), and publishes how many slots
 //     arrived as the kernel's recvTail (`proxyWord`).
@@ -47,6 +51,9 @@ struct RingHop {
   uint32_t nslots = 0;
   uint64_t* proxyWord = nullptr;         // send: sendHead; receive: recvTail
   const uint64_t* kernelWord = nullptr;  // send: filled tail; receive: drained head
+  // Send: the bytes the kernel put in each slot (by step % nslots, written
+  // before its tail); null: ship whole slots.
+  const uint64_t* sizes = nullptr;
   // Proxy-thread state.
   uint64_t posted = 0;
   uint64_t done = 0;
@@ -62,6 +69,7 @@ struct RingHop {
 
  private:
   [[nodiscard]] Status stop(Status s, const char* what);
+  uint64_t sendBytes(uint64_t k) const;
 };
 
 }  // namespace ferry

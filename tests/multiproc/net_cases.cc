@@ -396,8 +396,7 @@ RingHops ringHopsOf(const Ctx& ctx) {
 
 // An all-reduce (sum of int32 values of every rank, exact) checked
 // element-wise: the first collective, which sets up the ring's hops.
-void checkAllReduce(const World& w, uint64_t round) {
-  const size_t n = 70001;
+void checkAllReduce(const World& w, uint64_t round, size_t n = 70001) {
   auto value = [&](int rank, size_t i) {
     return static_cast<int32_t>((w.seed ^ (round * 0x9E3779B97F4A7C15ULL)) % 9973 + i * 7 +
                                 rank * 131) %
@@ -475,6 +474,23 @@ void casePlugin(Ctx& ctx) {
                 "device %d of %d: %lld listens, %lld connections (every NIC must carry some)", d,
                 ndev, counter(l.c_str()), counter(c.c_str()));
   }
+  // A ring hop ships the bytes its kernel put in a slot, not whole slots:
+  // small all-reduces move about their size across hosts.
+  // The barriers: a sender's kernel may finish before the proxy isent its
+  // last slots, but not before the receivers got them (trap 31).
+  EXPECT_OK(ncclFerryBootstrapBarrier(comm));
+  const long long before = counter("isendBytes");
+  constexpr size_t kSmall = 1000;  // int32s
+  constexpr int kSmallOps = 5;
+  for (int i = 0; i < kSmallOps; ++i) checkAllReduce(w, 10 + i, kSmall);
+  EXPECT_OK(ncclFerryBootstrapBarrier(comm));
+  const long long moved = counter("isendBytes") - before;
+  printf("rank %d: %d all-reduces of %zu bytes sent %lld bytes through the plugin\n", ctx.env.rank,
+         kSmallOps, kSmall * 4, moved);
+  // A rank sends at most 2 (nranks - 1) / nranks of the message per op.
+  EXPECT_TRUE(moved <= static_cast<long long>(kSmallOps * kSmall * 4 * 2),
+              "%d all-reduces of %zu bytes sent %lld bytes across hosts (whole slots?)", kSmallOps,
+              kSmall * 4, moved);
   sameHostRound(w, 1);
   const long long sends = counter("isend"), recvs = counter("irecv");
   crossHostRound(w, 2);

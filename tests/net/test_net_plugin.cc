@@ -16,7 +16,8 @@
 // FERRY_TEST_NET_FAIL_INIT=1 in the environment makes init fail.
 // FERRY_TEST_NET_DEVICES=N (1..8, default 1) makes it report N devices
 // ("NICs", all on loopback); ferryTestNetCounters("listen@d") and
-// ("connect@d") count the calls on device d.
+// ("connect@d") count the calls on device d; ("isendBytes") the bytes of
+// the isends it accepted.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -68,6 +69,7 @@ constexpr const char* kFnNames[kFnCount] = {"init",      "devices",   "getProper
                                             "isend",     "irecv",     "iflush",        "test",
                                             "closeSend", "closeRecv", "closeListen",   "finalize"};
 std::atomic<long long> gCalls[kFnCount];
+std::atomic<long long> gIsendBytes{0};
 constexpr int kMaxDevs = 8;
 std::atomic<long long> gDevListens[kMaxDevs];
 std::atomic<long long> gDevConnects[kMaxDevs];
@@ -465,7 +467,11 @@ ncclResult_t isendCommon(void* sendComm, void* data, size_t size, void* mhandle,
     PLUGIN_LOG(NCCL_LOG_WARN, "ferrytest: isend of %zu bytes outside its registration", size);
     return ncclInvalidArgument;
   }
-  return post(comm, true, data, size, request);
+  ncclResult_t r = post(comm, true, data, size, request);
+  if (r == ncclSuccess && *request != nullptr) {
+    gIsendBytes.fetch_add(static_cast<long long>(size), std::memory_order_relaxed);
+  }
+  return r;
 }
 
 ncclResult_t irecvCommon(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
@@ -639,6 +645,7 @@ ncclResult_t irecvV6(void* recvComm, int n, void** data, int* sizes, int*, void*
 
 extern "C" FERRY_TEST_EXPORT long long ferryTestNetCounters(const char* fn) {
   if (fn == nullptr) return -1;
+  if (strcmp(fn, "isendBytes") == 0) return gIsendBytes.load();
   for (int i = 0; i < kFnCount; ++i) {
     if (strcmp(fn, kFnNames[i]) == 0) return gCalls[i].load();
   }
