@@ -267,16 +267,16 @@ class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
           return false;
         }
         sendSlot = slot(ch_.sendFifo, ch_.sendStep);
+        // The slot's size (a ring hop reads it once it acquired the tail,
+        // which the post below publishes after it).
+        if (ch_.sendSizes != nullptr) {
+          P::note(ctx_, ch_.sendSizes + ch_.sendStep % nslots_, m * sizeof(T));
+        }
       }
       P::template reduceCopy<T, Op>(ctx_, op_, in != nullptr ? in + off : nullptr, fifo, sendSlot,
                                     out != nullptr ? out + off : nullptr, m, final);
-      // The slot's size goes first (a ring hop reads it once it acquired
-      // the tail); release: the slot's data and size (sender) resp. our
-      // reads of it (receiver) are ordered before the counter the peer
-      // acquires.
-      if (send && ch_.sendSizes != nullptr) {
-        P::note(ctx_, ch_.sendSizes + ch_.sendStep % nslots_, m * sizeof(T));
-      }
+      // Release: the slot's data and size (sender) resp. our reads of it
+      // (receiver) are ordered before the counter the peer acquires.
       if (send) P::post(ctx_, ch_.sendTail, ++ch_.sendStep);
       if (recv) P::post(ctx_, ch_.recvHead, ++ch_.recvStep);
     }
