@@ -23,7 +23,7 @@
     "then libnccl-net-<entry>.so unless it is a path or lib*.so; unset or empty: libnccl-net.so " \
     "if present; none: no plugin.")                                                              \
   X(SocketNthreads, "NCCL_SOCKET_NTHREADS", Int, "0",                                             \
-    "Socket engine: helper threads per connection (1..16; 0: 2).")                                \
+    "Socket engine: helper threads per connection (1..16; 0: 4).")                                \
   X(NsocksPerthread, "NCCL_NSOCKS_PERTHREAD", Int, "0",                                           \
     "Socket engine: TCP streams per helper thread (1..16, threads x this <= 64; 0: 2).")          \
   X(NetChunkBytes, "FERRY_NET_CHUNK_BYTES", Int, "1M",                                          \

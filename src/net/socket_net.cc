@@ -19,7 +19,7 @@ namespace ferry::net {
 
 namespace {
 
-constexpr int kDefaultThreads = 2;
+constexpr int kDefaultThreads = 4;
 constexpr int kDefaultSocksPerThread = 2;
 constexpr int kDefaultSpeedMbps = 10000;
 

@@ -7,7 +7,11 @@
 //     bytes are cut into chunks (at least 64 KiB, at most one per socket) and
 //     spread round-robin over them; each side's helper threads (one per group
 //     of NCCL_NSOCKS_PERTHREAD sockets) move the chunks, so the proxy thread
-//     only posts work and polls counters.
+//     only posts work and polls counters;
+//   - except a message of at most 16 KiB (kInlineBytes): its bytes follow
+//     its announcement on the control socket, moved by the proxy thread
+//     itself (a helper thread's wake-up on each side would cost more than
+//     the bytes).
 // Every socket starts with a hello (magic, version, connection id, index,
 // count) so the listener can sort the sockets of concurrent connections and
 // drop strangers; the receiver mirrors the sender's thread/socket layout.

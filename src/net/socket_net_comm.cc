@@ -132,8 +132,9 @@ Status Comm::post(void* data, uint64_t bytes, Request** out) {
   r.settled.store(0, std::memory_order_relaxed);
   r.failedChunks.store(0, std::memory_order_relaxed);
   // A send's chunks go out at once; the receiver reads the announcement
-  // first and only then the data, so the two streams need no ordering.
-  if (send_) dispatch(&r);
+  // first and only then the data, so the two streams need no ordering. A
+  // small one goes after its announcement on the control stream instead.
+  if (send_ && !isInline(bytes)) dispatch(&r);
   progress();
   *out = &r;
   return ncclSuccess;
@@ -176,22 +177,26 @@ void Comm::progress() {
   }
 }
 
-// Writes the announcements of posted sends, in order, as far as the socket
-// takes them.
+// Writes the announcements of posted sends (and the bytes of small ones),
+// in order, as far as the socket takes them.
 void Comm::progressSendCtrl() {
   while (ctrlSeq_ < posted_) {
     Request& r = slot(ctrlSeq_);
     if (ctrlOff_ == 0) encodeCtrl(static_cast<uint32_t>(r.seq), r.size, ctrlBuf_);
+    const uint64_t total = kCtrlBytes + (isInline(r.size) ? r.size : 0);
+    const uint8_t* from =
+        ctrlOff_ < kCtrlBytes ? ctrlBuf_ + ctrlOff_ : r.data + (ctrlOff_ - kCtrlBytes);
+    const uint64_t upTo = ctrlOff_ < kCtrlBytes ? kCtrlBytes : total;
     size_t n = 0;
     int err = 0;
-    IoResult res = sendSome(ctrl_.fd(), ctrlBuf_ + ctrlOff_, kCtrlBytes - ctrlOff_, &n, &err);
+    IoResult res = sendSome(ctrl_.fd(), from, upTo - ctrlOff_, &n, &err);
     if (res == IoResult::kWouldBlock) return;
     if (res != IoResult::kProgress) {
       return fail(ncclSystemError, "net/socket: send to %s failed on the control socket: %s",
                   peer_.c_str(), err == 0 ? "peer closed the connection" : strerror(err));
     }
     ctrlOff_ += n;
-    if (ctrlOff_ < kCtrlBytes) return;
+    if (ctrlOff_ < total) continue;
     ctrlOff_ = 0;
     r.ctrlDone = true;
     ++ctrlSeq_;
@@ -217,47 +222,83 @@ void Comm::checkPeerAlive() {
 }
 
 // Reads the announcements of the messages that match posted receives and
-// posts their chunks.
+// posts their chunks (or reads a small message's bytes right behind it).
 void Comm::progressRecvCtrl() {
   while (ctrlSeq_ < posted_) {
-    size_t n = 0;
-    int err = 0;
-    IoResult res = recvSome(ctrl_.fd(), ctrlBuf_ + ctrlOff_, kCtrlBytes - ctrlOff_, &n, &err);
-    if (res == IoResult::kWouldBlock) return;
-    if (res != IoResult::kProgress && err == 0 && ctrlOff_ == 0) {
-      return closedByPeer("net/socket: %s closed the connection", peer_.c_str());
-    }
-    if (res != IoResult::kProgress) {
-      return fail(ncclSystemError, "net/socket: receive from %s failed on the control socket: %s",
-                  peer_.c_str(), err == 0 ? "peer closed the connection" : strerror(err));
-    }
-    ctrlOff_ += n;
-    if (ctrlOff_ < kCtrlBytes) return;
-    ctrlOff_ = 0;
     Request& r = slot(ctrlSeq_);
-    uint32_t seq = 0;
-    uint64_t size = 0;
-    if (!decodeCtrl(ctrlBuf_, &seq, &size) || seq != static_cast<uint32_t>(r.seq)) {
-      return fail(ncclSystemError,
-                  "net/socket: protocol error from %s: bad announcement for message %llu",
-                  peer_.c_str(), static_cast<unsigned long long>(r.seq));
+    if (ctrlOff_ < kCtrlBytes) {
+      if (!readAnnouncement(r)) return;
+      if (!isInline(r.size)) {
+        dispatch(&r);
+        finishRecvCtrl(r);
+        continue;
+      }
     }
-    if (size > r.capacity) {
-      // The message's bytes are already on their way; the stream cannot be
-      // resynchronised, so the comm is finished too.
-      r.error = ncclInvalidUsage;
-      return fail(ncclInvalidUsage,
-                  "net/socket: message %llu from %s has %llu bytes but the receive buffer "
-                  "only %llu",
-                  static_cast<unsigned long long>(r.seq), peer_.c_str(),
-                  static_cast<unsigned long long>(size),
-                  static_cast<unsigned long long>(r.capacity));
+    const uint64_t got = ctrlOff_ - kCtrlBytes;
+    if (got < r.size) {
+      size_t n = 0;
+      int err = 0;
+      IoResult res = recvSome(ctrl_.fd(), r.data + got, r.size - got, &n, &err);
+      if (res == IoResult::kWouldBlock) return;
+      if (res != IoResult::kProgress) {
+        return fail(ncclSystemError,
+                    "net/socket: receive from %s failed on the control socket after %llu of %llu "
+                    "bytes of message %llu: %s",
+                    peer_.c_str(), static_cast<unsigned long long>(got),
+                    static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.seq),
+                    err == 0 ? "peer closed the connection" : strerror(err));
+      }
+      ctrlOff_ += n;
+      if (ctrlOff_ - kCtrlBytes < r.size) continue;
     }
-    r.size = size;
-    dispatch(&r);
-    r.ctrlDone = true;
-    ++ctrlSeq_;
+    finishRecvCtrl(r);
   }
+}
+
+// Reads (more of) the announcement of request r's message; true once it is
+// whole, valid and fits (r.size set), false to come back later or after a
+// failure.
+bool Comm::readAnnouncement(Request& r) {
+  size_t n = 0;
+  int err = 0;
+  IoResult res = recvSome(ctrl_.fd(), ctrlBuf_ + ctrlOff_, kCtrlBytes - ctrlOff_, &n, &err);
+  if (res == IoResult::kWouldBlock) return false;
+  if (res != IoResult::kProgress && err == 0 && ctrlOff_ == 0) {
+    closedByPeer("net/socket: %s closed the connection", peer_.c_str());
+    return false;
+  }
+  if (res != IoResult::kProgress) {
+    fail(ncclSystemError, "net/socket: receive from %s failed on the control socket: %s",
+         peer_.c_str(), err == 0 ? "peer closed the connection" : strerror(err));
+    return false;
+  }
+  ctrlOff_ += n;
+  if (ctrlOff_ < kCtrlBytes) return false;
+  uint32_t seq = 0;
+  uint64_t size = 0;
+  if (!decodeCtrl(ctrlBuf_, &seq, &size) || seq != static_cast<uint32_t>(r.seq)) {
+    fail(ncclSystemError, "net/socket: protocol error from %s: bad announcement for message %llu",
+         peer_.c_str(), static_cast<unsigned long long>(r.seq));
+    return false;
+  }
+  if (size > r.capacity) {
+    // The message's bytes are already on their way; the stream cannot be
+    // resynchronised, so the comm is finished too.
+    r.error = ncclInvalidUsage;
+    fail(ncclInvalidUsage,
+         "net/socket: message %llu from %s has %llu bytes but the receive buffer only %llu",
+         static_cast<unsigned long long>(r.seq), peer_.c_str(),
+         static_cast<unsigned long long>(size), static_cast<unsigned long long>(r.capacity));
+    return false;
+  }
+  r.size = size;
+  return true;
+}
+
+void Comm::finishRecvCtrl(Request& r) {
+  ctrlOff_ = 0;
+  r.ctrlDone = true;
+  ++ctrlSeq_;
 }
 
 Status Comm::test(Request* r, int* done, size_t* size) {

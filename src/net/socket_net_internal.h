@@ -42,12 +42,20 @@
 namespace ferry::net::sock {
 
 constexpr uint64_t kMagic = 0x3174654e79727246ull;  // "FrryNet1" read little-endian
-constexpr uint32_t kVersion = 1;
+// 2: messages of up to kInlineBytes travel on the control stream.
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHandleUsedBytes = 36;
 constexpr size_t kHelloBytes = 32;
 constexpr size_t kCtrlBytes = 16;
 constexpr uint32_t kCtrlTag = 0x4d53464eu;  // "NFSM"
 constexpr uint64_t kMinChunkBytes = 64 * 1024;
+// A message this small follows its announcement on the control stream,
+// written and read by the proxy thread inside post/test: no hand-off to a
+// helper thread on either side (two thread wake-ups per small message).
+constexpr uint64_t kInlineBytes = 16 * 1024;
+inline bool isInline(uint64_t size) {
+  return size <= kInlineBytes;
+}
 constexpr int kMaxThreads = 16;
 constexpr int kMaxSocksPerThread = 16;
 constexpr int kMaxDataSocks = 64;
@@ -208,6 +216,8 @@ class Comm {
   void progress();
   void progressSendCtrl();
   void progressRecvCtrl();
+  bool readAnnouncement(Request& r);
+  void finishRecvCtrl(Request& r);
   void checkPeerAlive();
   void dispatch(Request* r);
   // Starts the helper threads once (false: they could not start; the comm

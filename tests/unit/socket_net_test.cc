@@ -257,18 +257,18 @@ TEST(SocketNetSetup, LayoutKnobs) {
   auto is = [](SocketNetLayout l, int t, int s) {
     return l.nThreads == t && l.nSocksPerThread == s;
   };
-  EXPECT_TRUE(is(layout("0", "0"), 2, 2));
+  EXPECT_TRUE(is(layout("0", "0"), 4, 2));
   EXPECT_TRUE(is(layout("1", "1"), 1, 1));
-  EXPECT_TRUE(is(layout("4", "0"), 4, 2));
+  EXPECT_TRUE(is(layout("2", "0"), 2, 2));
   EXPECT_TRUE(is(layout("16", "4"), 16, 4));
   EXPECT_TRUE(is(layout("8", "8"), 8, 8));
-  EXPECT_TRUE(is(layout("17", "1"), 2, 2));
+  EXPECT_TRUE(is(layout("17", "1"), 4, 2));
   EXPECT_NE(lastWarning().find("NCCL_SOCKET_NTHREADS=17"), std::string::npos) << lastWarning();
-  EXPECT_TRUE(is(layout("2", "-3"), 2, 2));
+  EXPECT_TRUE(is(layout("2", "-3"), 4, 2));
   EXPECT_NE(lastWarning().find("NCCL_NSOCKS_PERTHREAD=-3"), std::string::npos) << lastWarning();
-  EXPECT_TRUE(is(layout("16", "16"), 2, 2));
+  EXPECT_TRUE(is(layout("16", "16"), 4, 2));
   EXPECT_NE(lastWarning().find("exceeds 64"), std::string::npos) << lastWarning();
-  EXPECT_TRUE(is(layout("3", "100"), 2, 2));
+  EXPECT_TRUE(is(layout("3", "100"), 4, 2));
 }
 
 TEST(SocketNetSetup, BadHandleAndUnknownComms) {
@@ -295,8 +295,11 @@ TEST(SocketNetData, SizesExact) {
   Link l{net.get(), net.get()};
   ASSERT_TRUE(connectLink(&l));
   test::Rng rng(test::testSeed(), 1);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4093}, size_t{65536}, size_t{65537},
-                   size_t{262147}, size_t{1000003}, size_t{4} << 20, size_t{64} << 20}) {
+  // 16384 / 16385: the last message on the control stream, the first on
+  // the data sockets (kInlineBytes).
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{4093}, size_t{16384}, size_t{16385}, size_t{65536},
+        size_t{65537}, size_t{262147}, size_t{1000003}, size_t{4} << 20, size_t{64} << 20}) {
     roundTrip(l, n, n + 4096, rng);
     if (HasFatalFailure()) return;
   }
