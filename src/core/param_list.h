@@ -29,6 +29,10 @@
   X(NetChunkBytes, "FERRY_NET_CHUNK_BYTES", Int, "1M",                                          \
     "Point-to-point across hosts: messages travel in chunks of this size (4K..1G; every rank "   \
     "must set the same).")                                                                       \
+  X(NetStagingWaitUs, "FERRY_NET_STAGING_WAIT_US", Int, "2000",                                   \
+    "Point-to-point across hosts: a send whose connection already holds 4 staging blocks of its " \
+    "size, all busy, waits up to this long for one to free before pinning another (0: never "     \
+    "wait).")                                                                                     \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
     "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
     "them without sleeping, yielding the CPU between passes, until this many us pass with "     \

@@ -1,7 +1,9 @@
 #include "transport/net_buffers.h"
 
+#include <chrono>
 #include <cstring>
 #include <new>
+#include <thread>
 
 namespace ferry {
 
@@ -34,8 +36,20 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
   return ncclSuccess;
 }
 
-Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandle, uint64_t* size,
-                        uint64_t* reuseAfter) {
+bool NetBuffers::waitSent(uint64_t target, const SendWait& wait) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait.ns);
+  // Acquire (the load): the engine is done with the block once `sent`
+  // passed its message.
+  while (words_->sent.load() < target) {
+    if (wait.abort != nullptr && wait.abort->load(std::memory_order_acquire)) return false;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
+                        void** mhandle, uint64_t* size, uint64_t* reuseAfter) {
   *reuseAfter = 0;
   // Acquire: the network (send) or the copy stream (receive) is done with
   // a block once the word says so.
@@ -58,6 +72,10 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, char** data, void** mhandl
     // (NetOp::reuseAfter) before landing chunks in it. No stream waits.
     best = firstToFree;
     *reuseAfter = best->busyUntil;
+  }
+  if (best == nullptr && link_->isSend && fitting >= kSendBlocksPerSize && wait.ns > 0 &&
+      firstToFree->busyUntil <= wait.posted && waitSent(firstToFree->busyUntil, wait)) {
+    best = firstToFree;
   }
   if (best == nullptr) {
     // Powers of two from 1 MiB to 64 MiB, then multiples of 64 MiB (plus

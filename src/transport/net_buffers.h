@@ -18,6 +18,7 @@
 // proxy reads the words and writes `sent` / `arrived`.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -56,9 +57,24 @@ class NetBuffers {
   // frees first instead of pinning another, and the proxy lands nothing
   // in it before then (trap 41: a CPU that runs ahead would otherwise pin
   // a block per message in flight).
-  [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, char** data, void** mhandle,
-                            uint64_t* size, uint64_t* reuseAfter);
+  //
+  // A send connection that holds kSendBlocksPerSize blocks that fit, all
+  // busy, waits (on this thread, at most `wait.ns`, honouring wait.abort)
+  // for the one that frees first, if its message is already the proxy's
+  // (seq < wait.posted: the network alone frees it), then pins another only
+  // if that wait ran out: the CPU's run-ahead then costs a bounded wait
+  // instead of a cudaHostAlloc and pinned memory per message in flight
+  // (trap 41), and a sender whose earlier messages cannot move (their
+  // receiver is not there yet) still never waits longer than wait.ns.
+  struct SendWait {
+    uint64_t posted = 0;  // messages of the connection handed to the proxy
+    int64_t ns = 0;
+    const std::atomic<bool>* abort = nullptr;
+  };
+  [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
+                            void** mhandle, uint64_t* size, uint64_t* reuseAfter);
   static constexpr int kRecvBlocksPerSize = 2;
+  static constexpr int kSendBlocksPerSize = 4;
   uint64_t stagingBytes() const { return stagingBytes_; }
 
  private:
@@ -68,6 +84,8 @@ class NetBuffers {
     uint64_t busyUntil = 0;  // free once the connection's done word >= this
   };
   [[nodiscard]] Status allocate(uint64_t bytes, Region* out);
+  // Waits for `sent` to reach `target`; false when the wait ran out or aborted.
+  bool waitSent(uint64_t target, const SendWait& wait) const;
 
   rt::Runtime* runtime_;
   NetLink* link_;

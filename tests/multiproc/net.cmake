@@ -50,6 +50,9 @@ ferry_net_p2p_test(net.p2p.mixes.2x2 4 2 mixes)
 ferry_net_p2p_test(net.p2p.mixes.nospin.2x2 4 2 mixes FERRY_PROXY_SPIN_US=0)
 # Eight receives in flight pin two receive staging blocks, not eight (trap 41).
 ferry_net_p2p_test(net.p2p.recvdepth.2x1 2 1 recvdepth)
+# Twelve sends in flight pin four send staging blocks, waiting for the
+# network to free them (the wait raised so that no slow machine runs it out).
+ferry_net_p2p_test(net.p2p.senddepth.2x1 2 1 senddepth FERRY_NET_STAGING_WAIT_US=10000000)
 ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)

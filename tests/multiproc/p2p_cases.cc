@@ -654,6 +654,77 @@ void caseRecvDepth(World& w) {
   }
 }
 
+// Trap 41, send side: a send connection across hosts pins at most
+// NetBuffers::kSendBlocksPerSize (4) staging blocks of a size when later
+// sends can wait for earlier ones to leave (their receives are posted: the
+// network alone frees them). The receiver posts its k receives first; the
+// sender then issues k sends, each its own launch, as fast as it can
+// (FERRY_NET_STAGING_WAIT_US is raised by the test so that a slow machine
+// never runs out the wait). Without the wait the sender pins a block per
+// send still in flight. Every byte is checked.
+void caseSendDepth(World& w) {
+  if (w.nranks != 2 || !onOtherHost(0, 1)) return;  // the network path only
+  const int peer = w.rank ^ 1;
+  const bool sender = w.rank == 0;
+  const int k = 12;
+  const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 5) + 11;
+  std::vector<std::unique_ptr<Message>> msgs;
+  for (int i = 0; i < k; ++i) {
+    msgs.push_back(std::make_unique<Message>(w, 90 + i, sender ? w.rank : peer,
+                                             sender ? peer : w.rank, bytes, BufferKind::Plain));
+    if (sender) {
+      msgs.back()->fillAsSender();
+    } else {
+      msgs.back()->poison();
+    }
+  }
+  if (!sender) {
+    for (auto& m : msgs)
+      EXPECT_OK(ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  if (sender) {
+    for (auto& m : msgs)
+      EXPECT_OK(ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  if (!sender) {
+    for (auto& m : msgs) m->verify("senddepth");
+  } else {
+    unsigned long long staging = 0;
+    EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+    printf("senddepth: %d sends of %zu bytes: %llu bytes of send staging\n", k, bytes, staging);
+    // Four blocks of < 2 x bytes each; up to k blocks without the wait.
+    EXPECT_TRUE(staging > 0 && staging <= 8 * bytes,
+                "%llu bytes of staging for %d sends of %zu bytes (expected four blocks)", staging,
+                k, bytes);
+  }
+  // Round two: the receiver shows up 300 ms late, so the sender's fifth
+  // send waits for it (the network cannot take the first before) and goes
+  // on once it is there: no hang, every byte right.
+  for (auto& m : msgs) {
+    if (sender) {
+      m->fillAsSender();
+    } else {
+      m->poison();
+    }
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  if (sender) {
+    for (auto& m : msgs)
+      EXPECT_OK(ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (auto& m : msgs)
+      EXPECT_OK(ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  if (!sender) {
+    for (auto& m : msgs) m->verify("senddepth late receiver");
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -663,7 +734,7 @@ int main(int argc, char** argv) {
       {"large", caseLarge},         {"abort", caseAbortInFlight}, {"timeout", caseTimeout},
       {"swap", caseSwap},           {"many", caseMany},           {"ktimeout", caseKernelTimeout},
       {"self", caseSelf},           {"overwrite", caseOverwrite}, {"pipeline", casePipeline},
-      {"firstuse", caseFirstUse},   {"recvdepth", caseRecvDepth},
+      {"firstuse", caseFirstUse},   {"recvdepth", caseRecvDepth}, {"senddepth", caseSendDepth},
   };
   return runCase(argc, argv, cases);
 }
