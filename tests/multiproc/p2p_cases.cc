@@ -610,6 +610,27 @@ void caseFirstUse(World& w) {
   }
 }
 
+// Messages first .. first + k - 1 of `bytes` from rank 0 to rank 1 (the
+// staging depth cases), filled on the sender and poisoned on the receiver;
+// refill() does it again for another round.
+void refill(std::vector<std::unique_ptr<Message>>& msgs, bool sender) {
+  for (auto& m : msgs) {
+    if (sender) {
+      m->fillAsSender();
+    } else {
+      m->poison();
+    }
+  }
+}
+std::vector<std::unique_ptr<Message>> depthMessages(World& w, uint64_t first, int k, size_t bytes) {
+  std::vector<std::unique_ptr<Message>> msgs;
+  for (int i = 0; i < k; ++i) {
+    msgs.push_back(std::make_unique<Message>(w, first + i, 0, 1, bytes, BufferKind::Plain));
+  }
+  refill(msgs, w.rank == 0);
+  return msgs;
+}
+
 // Trap 41: a receive connection across hosts pins at most two staging
 // blocks of a size (NetBuffers::kRecvBlocksPerSize), however many receives
 // are in flight: the third and later reuse the first to free, and the proxy
@@ -624,16 +645,7 @@ void caseRecvDepth(World& w) {
   const int k = 8;
   const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 7) + 3;
   for (uint64_t round = 0; round < 2; ++round) {
-    std::vector<std::unique_ptr<Message>> msgs;
-    for (int i = 0; i < k; ++i) {
-      msgs.push_back(std::make_unique<Message>(w, 70 + round * k + i, sender ? w.rank : peer,
-                                               sender ? peer : w.rank, bytes, BufferKind::Plain));
-      if (sender) {
-        msgs.back()->fillAsSender();
-      } else {
-        msgs.back()->poison();
-      }
-    }
+    std::vector<std::unique_ptr<Message>> msgs = depthMessages(w, 70 + round * k, k, bytes);
     EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
     if (sender) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     for (auto& m : msgs) {
@@ -668,16 +680,7 @@ void caseSendDepth(World& w) {
   const bool sender = w.rank == 0;
   const int k = 12;
   const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 5) + 11;
-  std::vector<std::unique_ptr<Message>> msgs;
-  for (int i = 0; i < k; ++i) {
-    msgs.push_back(std::make_unique<Message>(w, 90 + i, sender ? w.rank : peer,
-                                             sender ? peer : w.rank, bytes, BufferKind::Plain));
-    if (sender) {
-      msgs.back()->fillAsSender();
-    } else {
-      msgs.back()->poison();
-    }
-  }
+  std::vector<std::unique_ptr<Message>> msgs = depthMessages(w, 90, k, bytes);
   if (!sender) {
     for (auto& m : msgs)
       EXPECT_OK(ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
@@ -702,13 +705,7 @@ void caseSendDepth(World& w) {
   // Round two: the receiver shows up 300 ms late, so the sender's fifth
   // send waits for it (the network cannot take the first before) and goes
   // on once it is there: no hang, every byte right.
-  for (auto& m : msgs) {
-    if (sender) {
-      m->fillAsSender();
-    } else {
-      m->poison();
-    }
-  }
+  refill(msgs, sender);
   EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
   if (sender) {
     for (auto& m : msgs)
