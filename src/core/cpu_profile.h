@@ -7,9 +7,10 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <string>
+
+#include "core/clock.h"
 
 namespace ferry {
 
@@ -35,11 +36,7 @@ class CpuProfile {
   void add(ProfSlot slot, int64_t ns);
   // "p2p.smfree n=12 avg=8.1 max=20.3 us; ..." for each slot used, or "".
   std::string describe() const;
-  static int64_t nowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
+  static int64_t nowNs() { return steadyNowNs(); }
 
  private:
   struct Slot {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -235,12 +234,6 @@ LogRankScope::LogRankScope(int rank) : saved_(tlsRank) {
 }
 LogRankScope::~LogRankScope() {
   tlsRank = saved_;
-}
-
-long long traceNowUs() {
-  return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                    std::chrono::steady_clock::now().time_since_epoch())
-                                    .count());
 }
 
 }  // namespace ferry

@@ -80,10 +80,6 @@ class LogRankScope {
   int saved_;
 };
 
-// Microseconds on the steady clock, for TRACE timelines ("t=... us"): lines
-// of different threads and processes on one machine compare directly.
-long long traceNowUs();
-
 }  // namespace ferry
 
 #define FERRY_WARN(...) \

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include "core/clock.h"
+
 namespace ferry {
 namespace {
 
@@ -16,12 +18,6 @@ uint64_t claimGen(uint64_t w) {
 
 uint64_t myBit(bool sender) {
   return sender ? kClaimSender : kClaimReceiver;
-}
-
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -51,7 +47,7 @@ bool slotReusable(CtrlBlock& ctrl, uint64_t seq) {
 
 Status awaitSlot(CtrlBlock& ctrl, uint64_t seq, const RendezvousLimits& limits) {
   if (slotReusable(ctrl, seq)) return ncclSuccess;
-  const int64_t start = nowNs();
+  const int64_t start = steadyNowNs();
   bool warned = false;
   auto nap = std::chrono::microseconds(5);
   while (!slotReusable(ctrl, seq)) {
@@ -63,7 +59,7 @@ Status awaitSlot(CtrlBlock& ctrl, uint64_t seq, const RendezvousLimits& limits) 
     if (limits.abortFlag != nullptr && limits.abortFlag->load(std::memory_order_acquire)) {
       FERRY_FAIL(ncclInvalidUsage, "communicator aborted while a send/recv waited for a slot");
     }
-    const int64_t waited = nowNs() - start;
+    const int64_t waited = steadyNowNs() - start;
     if (!warned && waited > int64_t{5} * 1000000000) {
       FERRY_WARN(
           "message %llu with peer %d waits for message %llu to complete: this rank is %d "
@@ -98,9 +94,9 @@ bool peerPosted(CtrlBlock& ctrl, bool sender, uint64_t seq, PostInfo* peer) {
 bool awaitPeerClaim(CtrlBlock& ctrl, bool sender, uint64_t seq, int64_t waitNs,
                     const std::atomic<bool>* abortFlag) {
   PostInfo unused;
-  const int64_t start = nowNs();
+  const int64_t start = steadyNowNs();
   while (!peerPosted(ctrl, sender, seq, &unused)) {
-    if (nowNs() - start >= waitNs) return false;
+    if (steadyNowNs() - start >= waitNs) return false;
     if (abortFlag != nullptr && abortFlag->load(std::memory_order_acquire)) return false;
     if (ctrl.error.load() != 0) return false;
     std::this_thread::yield();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "net/socket_net_internal.h"
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/clock.h"
 #include "enqueue/rendezvous.h"
 
 namespace ferry {
@@ -19,12 +20,6 @@ constexpr int kNetNapMaxUs = 200;
 
 std::mutex gProxyMu;
 std::weak_ptr<Proxy> gProxy;  // guarded by gProxyMu
-
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Marks the connection failed for the peer too (first error wins).
 void reportToPeer(ConnectionBase& conn, Status s) {
@@ -102,7 +97,7 @@ void Proxy::post(std::vector<P2pWatch> watches) {
   if (watches.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = nowNs();
+    const int64_t now = steadyNowNs();
     for (P2pWatch& w : watches) {
       if (w.postedNs == 0) w.postedNs = now;
       count(w.owner);
@@ -152,7 +147,7 @@ void Proxy::removeRingHops(const void* owner) {
 }
 
 bool Proxy::drainRingHops(const void* owner, int64_t timeoutMs) {
-  const int64_t deadline = nowNs() + timeoutMs * 1000000;
+  const int64_t deadline = steadyNowNs() + timeoutMs * 1000000;
   for (;;) {
     bool flushed = true;
     {
@@ -163,7 +158,7 @@ bool Proxy::drainRingHops(const void* owner, int64_t timeoutMs) {
       }
     }
     if (flushed) return true;
-    if (nowNs() > deadline) return false;
+    if (steadyNowNs() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -187,7 +182,7 @@ void Proxy::postNet(std::vector<NetOp> ops) {
   if (ops.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = nowNs();
+    const int64_t now = steadyNowNs();
     for (NetOp& op : ops) {
       if (op.postedNs == 0) op.postedNs = now;
       count(op.owner);
@@ -212,9 +207,9 @@ Status Proxy::detach(const void* owner, bool abort, int64_t timeoutMs) {
     dropRequests_.push_back(owner);
   }
   wake();
-  int64_t deadline = nowNs() + timeoutMs * 1000000;
+  int64_t deadline = steadyNowNs() + timeoutMs * 1000000;
   while (inFlight(owner) > 0) {
-    if (nowNs() > deadline) {
+    if (steadyNowNs() > deadline) {
       FERRY_FAIL(ncclSystemError,
                  "timed out after %lld ms waiting for %zu point-to-point message(s) to complete",
                  static_cast<long long>(timeoutMs), inFlight(owner));
@@ -292,7 +287,7 @@ void Proxy::dropOwner(const void* owner) {
 }
 
 void Proxy::checkWatches(bool checkPeers) {
-  const int64_t now = nowNs();
+  const int64_t now = steadyNowNs();
   for (size_t i = 0; i < watches_.size();) {
     P2pWatch& w = watches_[i];
     ConnectionBase* conn = w.conn;
@@ -373,7 +368,7 @@ void Proxy::pollNetwork(int64_t t, int64_t* lastActiveNs, int* napUs) {
     return;
   }
   if (napOrWake(*napUs)) {
-    *lastActiveNs = nowNs();
+    *lastActiveNs = steadyNowNs();
     *napUs = kNetNapMinUs;
   } else {
     *napUs = std::min(*napUs * 2, kNetNapMaxUs);
@@ -382,13 +377,13 @@ void Proxy::pollNetwork(int64_t t, int64_t* lastActiveNs, int* napUs) {
 
 void Proxy::loop() {
   int64_t lastPeerCheckNs = 0;
-  int64_t lastActiveNs = nowNs();
+  int64_t lastActiveNs = steadyNowNs();
   int napUs = kNetNapMinUs;
   // Acquire: pairs with the release store in ~Proxy.
   while (!stop_.load(std::memory_order_acquire)) {
     const bool posted = takePosted();
     rpc_->serve();
-    int64_t t = nowNs();
+    int64_t t = steadyNowNs();
     if (posted) lastActiveNs = t;
     bool peers = t - lastPeerCheckNs > 10000000;  // every 10 ms
     if (peers) lastPeerCheckNs = t;
@@ -404,7 +399,7 @@ void Proxy::loop() {
     }
     sleepUntilWork(watches_.empty() ? 50 : 1);
     // Whatever woke the thread (a post, a kick) starts a spin window.
-    lastActiveNs = nowNs();
+    lastActiveNs = steadyNowNs();
   }
   net_->dropAll();
   for (P2pWatch& w : watches_) w.mapping.reset();

@@ -1,9 +1,10 @@
 #include "transport/net_buffers.h"
 
-#include <chrono>
 #include <cstring>
 #include <new>
 #include <thread>
+
+#include "core/clock.h"
 
 namespace ferry {
 
@@ -37,12 +38,12 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
 }
 
 bool NetBuffers::waitSent(uint64_t target, const SendWait& wait) const {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait.ns);
+  const int64_t deadline = steadyNowNs() + wait.ns;
   // Acquire (the load): the engine is done with the block once `sent`
   // passed its message.
   while (words_->sent.load() < target) {
     if (wait.abort != nullptr && wait.abort->load(std::memory_order_acquire)) return false;
-    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (steadyNowNs() > deadline) return false;
     std::this_thread::yield();
   }
   return true;
