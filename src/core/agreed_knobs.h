@@ -41,6 +41,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollLlMaxBytes,
     ParamId::CollLlChannelBytes,
     ParamId::NetChunkBytes,
+    ParamId::NetLinks,
     ParamId::RuntimeConnect,
 };
 inline constexpr size_t kAgreedKnobCount = std::size(kAgreedKnobIds);

@@ -29,6 +29,10 @@
   X(NetChunkBytes, "FERRY_NET_CHUNK_BYTES", Int, "1M",                                          \
     "Point-to-point across hosts: messages travel in chunks of this size (4K..1G; every rank "   \
     "must set the same).")                                                                       \
+  X(NetLinks, "FERRY_NET_LINKS", Int, "0",                                                        \
+    "Point-to-point across hosts: engine connections (links) per peer and direction that a "      \
+    "message's chunks are striped over (1..8; 0: 4 on CUDA, 1 on the host runtime; every rank "   \
+    "must set the same).")                                                                        \
   X(NetStagingWaitUs, "FERRY_NET_STAGING_WAIT_US", Int, "2000",                                   \
     "Point-to-point across hosts: a send whose connection already holds 4 staging blocks of its " \
     "size, all busy, waits up to this long for one to free before pinning another (0: never "     \

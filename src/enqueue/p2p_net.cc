@@ -116,8 +116,8 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   wait.posted = conn->nextSeq;  // this launch's messages are not the proxy's yet
   wait.ns = stagingWaitNs_;     // FERRY_NET_STAGING_WAIT_US
   wait.abort = abortFlag_;
-  FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, wait, &op->data, &op->mhandle,
-                                     &op->blockBytes, &op->reuseAfter));
+  FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, wait, &op->data,
+                                     &op->mhandles, &op->blockBytes, &op->reuseAfter));
   if (!t.isSend) return ncclSuccess;
   // The trailer (net_progress.h) goes right after the bytes; the block is
   // free, so the CPU writes it now.

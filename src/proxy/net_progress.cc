@@ -10,12 +10,17 @@
 namespace ferry {
 namespace {
 
-// Requests one connection keeps in flight at most (the engine may accept
-// fewer: a null request means "not now").
-constexpr size_t kMaxInFlight = 8;
+// Requests one connection keeps in flight at most, per link (the engine
+// may accept fewer: a null request means "not now").
+constexpr size_t kMaxInFlightPerLink = 8;
 
 const char* direction(const ConnectionBase& c) {
   return c.isSend ? "send to" : "receive from";
+}
+
+// The link that carries connection-wide chunk `chunk`.
+NetLink& linkOf(const ConnectionBase& c, uint64_t chunk) {
+  return *c.net[chunk % c.net.size()];
 }
 
 // An engine error: the caller's mistake stays what it is (a truncated
@@ -70,66 +75,106 @@ void NetProgress::add(NetOp op) {
   if (failed != ncclSuccess) fail(*state, failed, true);
 }
 
-// Chunks complete in chunk order: only the oldest request is tested, and
-// the ones behind it wait their turn (the engine completes a comm's
-// requests in order anyway).
-Status NetProgress::testRequests(ConnState& c, bool* moved) {
-  NetLink& link = *c.conn->net;
-  NetWords& words = c.conn->netBuffers->words();
-  while (!c.requests.empty()) {
-    InFlight& f = c.requests.front();
-    NetOp& op = c.ops.front();
+const NetOp& NetProgress::opOf(const ConnState& c, uint64_t chunk) {
+  for (const NetOp& op : c.ops) {
+    if (chunk < op.firstChunk + op.chunks()) return op;
+  }
+  return c.ops.back();  // unreachable: a request's op leaves after it
+}
+
+// Tests the oldest pending request of each link: links complete on their
+// own (and an engine may progress a comm only while it is tested), but a
+// comm completes its own requests in order, so the ones behind a pending
+// request of the same link wait for the next pass.
+Status NetProgress::testLinks(ConnState& c, bool* moved) {
+  const ConnectionBase& conn = *c.conn;
+  const size_t nLinks = conn.net.size();
+  const uint32_t all = (1u << nLinks) - 1;
+  uint32_t waiting = 0;  // links whose oldest pending request is not done
+  for (InFlight& f : c.requests) {
+    if (waiting == all) break;
+    const uint32_t bit = 1u << (f.chunk % nLinks);
+    if (f.done || (waiting & bit) != 0) continue;
+    NetLink& link = linkOf(conn, f.chunk);
     int done = 0;
-    size_t size = 0;
-    Status s = link.engine->test(f.request, &done, &size);
-    if (s == ncclInvalidUsage && !c.conn->isSend) {
-      // The engine's own truncation check: more bytes came than fit.
-      FERRY_FAIL(ncclInvalidUsage,
-                 "receive from peer %d of %llu bytes (message %llu) does not match the peer's "
-                 "send (a larger one: chunk %llu did not fit): sizes must be equal",
-                 c.conn->peer, static_cast<unsigned long long>(op.bytes),
-                 static_cast<unsigned long long>(op.seq), static_cast<unsigned long long>(op.done));
-    }
+    Status s = link.engine->test(f.request, &done, &f.size);
     if (!ok(s)) {
+      const NetOp& op = opOf(c, f.chunk);
+      if (s == ncclInvalidUsage && !conn.isSend) {
+        // The engine's own truncation check: more bytes came than fit.
+        FERRY_FAIL(ncclInvalidUsage,
+                   "receive from peer %d of %llu bytes (message %llu) does not match the peer's "
+                   "send (a larger one: chunk %llu did not fit): sizes must be equal",
+                   conn.peer, static_cast<unsigned long long>(op.bytes),
+                   static_cast<unsigned long long>(op.seq),
+                   static_cast<unsigned long long>(f.chunk - op.firstChunk));
+      }
       FERRY_WARN("NET/%s: %s peer %d failed (message %llu, chunk %llu): %s", link.engine->name(),
-                 direction(*c.conn), c.conn->peer, static_cast<unsigned long long>(op.seq),
-                 static_cast<unsigned long long>(op.done), statusString(s));
+                 direction(conn), conn.peer, static_cast<unsigned long long>(op.seq),
+                 static_cast<unsigned long long>(f.chunk - op.firstChunk), statusString(s));
       return peerFailure(s);
     }
-    if (!done) return ncclSuccess;
+    if (!done) {
+      waiting |= bit;
+      continue;
+    }
+    f.done = true;
     *moved = true;
-    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu done (message %llu)", traceNowUs(),
-                direction(*c.conn), c.conn->peer, static_cast<unsigned long long>(f.chunk),
-                static_cast<unsigned long long>(op.seq));
-    if (!c.conn->isSend) FERRY_CHECK(checkArrival(*c.conn, op, f.chunk, size));
-    // Release: the chunk's bytes are in the FIFO before a stream that
+    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu done (link %zu)", traceNowUs(),
+                direction(conn), conn.peer, static_cast<unsigned long long>(f.chunk),
+                static_cast<size_t>(f.chunk % nLinks));
+  }
+  return ncclSuccess;
+}
+
+// A done chunk at the front: its counters move and, with its message's
+// last chunk, the message leaves.
+Status NetProgress::retire(ConnState& c, const InFlight& f) {
+  NetWords& words = c.conn->netBuffers->words();
+  NetOp& op = c.ops.front();
+  if (!c.conn->isSend) {
+    FERRY_CHECK(checkArrival(*c.conn, op, f.chunk, f.size));
+    // Release: the chunk's bytes are in the block before a stream that
     // acquires `arrived` copies them out.
-    if (!c.conn->isSend) words.arrived.store(f.chunk + 1);
+    words.arrived.store(f.chunk + 1);
+  }
+  if (++op.done < op.chunks()) return ncclSuccess;
+  // Release: the engine is done with the staging block; the user's thread
+  // (acquire) may reuse it.
+  if (c.conn->isSend) words.sent.store(op.seq + 1);
+  finished_(op);
+  c.ops.pop_front();
+  --c.posting;
+  return ncclSuccess;
+}
+
+// Chunks retire in chunk order (the counters are monotonic): the done
+// prefix of the requests.
+Status NetProgress::testRequests(ConnState& c, bool* moved) {
+  FERRY_CHECK(testLinks(c, moved));
+  while (!c.requests.empty() && c.requests.front().done) {
+    const InFlight f = c.requests.front();
     c.requests.pop_front();
-    if (++op.done < op.chunks()) continue;
-    // Release: the engine is done with the staging block; the user's
-    // thread (acquire) may reuse it.
-    if (c.conn->isSend) words.sent.store(op.seq + 1);
-    finished_(op);
-    c.ops.pop_front();
-    --c.posting;
+    FERRY_CHECK(retire(c, f));
   }
   return ncclSuccess;
 }
 
 Status NetProgress::postChunks(ConnState& c, bool* moved) {
-  NetLink& link = *c.conn->net;
   NetWords& words = c.conn->netBuffers->words();
-  while (c.posting < c.ops.size() && c.requests.size() < kMaxInFlight) {
+  const size_t nLinks = c.conn->net.size();
+  while (c.posting < c.ops.size() && c.requests.size() < kMaxInFlightPerLink * nLinks) {
     NetOp& op = c.ops[c.posting];
     const uint64_t chunk = op.firstChunk + op.posted;
+    NetLink& link = linkOf(*c.conn, chunk);
+    void* mhandle = op.mhandles[chunk % nLinks];
     void* request = nullptr;
     Status s;
     if (c.conn->isSend) {
       // Acquire: pairs with the copy stream's write after the staging copy.
       if (words.filled.load() < chunk + 1) return ncclSuccess;
       s = link.engine->isend(link.comm, op.data + op.posted * op.chunkBytes, op.wireSize(op.posted),
-                             0, op.mhandle, &request);
+                             0, mhandle, &request);
     } else {
       // Acquire: pairs with the copy stream's write of `drained` after its
       // copies out of this (reused) block; only then may chunks land in it.
@@ -141,7 +186,7 @@ Status NetProgress::postChunks(ConnState& c, bool* moved) {
       size_t want =
           std::min(op.chunkBytes + kNetTrailerBytes, op.blockBytes - op.posted * op.chunkBytes);
       int tag = 0;
-      s = link.engine->irecv(link.comm, 1, &at, &want, &tag, &op.mhandle, &request);
+      s = link.engine->irecv(link.comm, 1, &at, &want, &tag, &mhandle, &request);
     }
     if (!ok(s)) {
       FERRY_WARN("NET/%s: %s peer %d: posting chunk %llu of message %llu failed: %s",
@@ -151,7 +196,7 @@ Status NetProgress::postChunks(ConnState& c, bool* moved) {
       return peerFailure(s);
     }
     if (request == nullptr) return ncclSuccess;  // the engine says "not now"
-    c.requests.push_back(InFlight{request, chunk});
+    c.requests.push_back(InFlight{request, chunk, false, 0});
     FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu posted (message %llu)", traceNowUs(),
                 direction(*c.conn), c.conn->peer, static_cast<unsigned long long>(chunk),
                 static_cast<unsigned long long>(op.seq));
@@ -205,9 +250,9 @@ void NetProgress::fail(ConnState& c, Status s, bool warn) {
     FERRY_WARN("network connection %s peer %d failed: %s", direction(conn), conn.peer,
                statusString(s));
   }
-  // The peer learns it from its own requests on the comm, which now fail;
-  // requests in flight die with the comm.
-  conn.net->closeComm();
+  // The peer learns it from its own requests on the comms, which now fail;
+  // requests in flight die with the comms.
+  for (auto& link : conn.net) link->closeComm();
   c.requests.clear();
   // Release stores: this rank's copy stream (arrived) and staging reuse
   // (sent) stop waiting; nothing else waits on these words.

@@ -13,14 +13,20 @@
 // A message's last chunk carries an 8-byte trailer after its bytes (the
 // message's size, scrambled with kNetTrailerMagic), so a receive whose send
 // has a different size fails with a clear error instead of taking another
-// message's bytes. Chunks of a connection go to the engine and complete in
-// chunk order,
-// message after message, which is how the engine matches them (in order
-// per comm) and how the counters stay monotonic.
+// message's bytes.
+//
+// Striping: a connection has L links (comms; FERRY_NET_LINKS, agreed by all
+// ranks) and chunk k travels on link k % L on both sides. Chunk numbers are
+// connection-wide, so each link carries a sub-sequence of chunks in the same
+// order at both ends, which is how the engine matches them (in order per
+// comm). Links complete independently: every pass tests the oldest pending
+// request of each link (a plugin may progress a comm only when it is
+// tested), and chunks are retired -- counters advanced, ops finished -- in
+// chunk order, so the counters stay monotonic.
 //
 // Failure (an engine error: the peer died or reset the connection; a size
 // mismatch; FERRY_P2P_TIMEOUT; abort): the connection fails for good, its
-// comm is closed (so the peer's requests fail too), and this rank's words
+// comms are closed (so the peer's requests fail too), and this rank's words
 // are released (kReleased) so its streams run on instead of waiting.
 //
 // Threading: proxy thread only.
@@ -53,7 +59,7 @@ struct NetOp {
   uint64_t seq = 0;         // message number on the connection
   char* data = nullptr;     // the message's staging block
   uint64_t blockBytes = 0;  // its size (>= bytes + the trailer)
-  void* mhandle = nullptr;  // data's registration on the comm
+  NetMhandles mhandles{};   // data's registration on each of conn's links
   uint64_t bytes = 0;
   uint64_t chunkBytes = 0;
   uint64_t firstChunk = 0;                    // connection-wide number of the message's chunk 0
@@ -93,6 +99,8 @@ class NetProgress {
   struct InFlight {
     void* request = nullptr;
     uint64_t chunk = 0;  // connection-wide chunk number
+    bool done = false;   // the engine reported it (never test it again)
+    size_t size = 0;     // what arrived (receives), once done
   };
   struct ConnState {
     ConnectionBase* conn = nullptr;
@@ -102,6 +110,10 @@ class NetProgress {
   };
 
   [[nodiscard]] Status testRequests(ConnState& c, bool* moved);
+  [[nodiscard]] Status testLinks(ConnState& c, bool* moved);
+  [[nodiscard]] Status retire(ConnState& c, const InFlight& f);
+  // The op that connection-wide chunk `chunk` (posted, so in c.ops) belongs to.
+  static const NetOp& opOf(const ConnState& c, uint64_t chunk);
   [[nodiscard]] Status postChunks(ConnState& c, bool* moved);
   [[nodiscard]] Status checkTimeout(const ConnState& c, int64_t nowNs);
   void fail(ConnState& c, Status s, bool warn);

@@ -85,10 +85,11 @@ struct ConnectionBase {
   // process and on other hosts): its closing means the peer process died.
   // Proxy thread only.
   RpcClient* peerLink = nullptr;
-  // TransportId::Net only (null otherwise): the engine's comm with the
-  // peer, and the data path's memory. Declared after `net`: destroyed first
-  // (its registrations go before the comm closes).
-  std::unique_ptr<NetLink> net;
+  // TransportId::Net only (empty / null otherwise): the engine's comms with
+  // the peer (FERRY_NET_LINKS of them: chunk k of the connection travels on
+  // net[k % net.size()]), and the data path's memory. Declared after `net`:
+  // destroyed first (its registrations go before the comms close).
+  std::vector<std::unique_ptr<NetLink>> net;
   std::unique_ptr<NetBuffers> netBuffers;
   uint64_t nextChunk = 0;  // Net, user state: chunk number of the next message's first chunk
 };

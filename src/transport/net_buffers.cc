@@ -9,9 +9,16 @@
 namespace ferry {
 
 NetBuffers::~NetBuffers() {
-  // Deregistered before the link closes its comm (the connection destroys
-  // its buffers first); the memory goes after its registration.
-  for (Region& b : blocks_) link_->deregMr(b.mhandle);
+  // Deregistered before the links close their comms (the connection
+  // destroys its buffers first); the memory goes after its registrations.
+  for (Region& b : blocks_) deregister(b);
+}
+
+void NetBuffers::deregister(Region& r) {
+  for (size_t k = 0; k < links_.size(); ++k) {
+    links_[k]->deregMr(r.mhandles[k]);
+    r.mhandles[k] = nullptr;
+  }
 }
 
 Status NetBuffers::init() {
@@ -27,12 +34,16 @@ Status NetBuffers::init() {
 
 Status NetBuffers::allocate(uint64_t bytes, Region* out) {
   FERRY_CHECK(runtime_->allocHost(bytes, &out->mem));
-  Status s = link_->regMr(out->mem->ptr(), bytes, &out->mhandle);
-  if (!ok(s)) {
+  for (size_t k = 0; k < links_.size(); ++k) {
+    Status s = links_[k]->regMr(out->mem->ptr(), bytes, &out->mhandles[k]);
+    if (ok(s)) continue;
+    deregister(*out);
     out->mem.reset();
-    FERRY_FAIL(s, "NET/%s: registering %llu bytes of host memory for a %s connection failed: %s",
-               link_->engine->name(), static_cast<unsigned long long>(bytes),
-               link_->isSend ? "send" : "receive", statusString(s));
+    FERRY_FAIL(s,
+               "NET/%s: registering %llu bytes of host memory for a %s connection (link %zu) "
+               "failed: %s",
+               links_[k]->engine->name(), static_cast<unsigned long long>(bytes),
+               isSend_ ? "send" : "receive", k, statusString(s));
   }
   return ncclSuccess;
 }
@@ -50,11 +61,11 @@ bool NetBuffers::waitSent(uint64_t target, const SendWait& wait) const {
 }
 
 Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
-                        void** mhandle, uint64_t* size, uint64_t* reuseAfter) {
+                        NetMhandles* mhandles, uint64_t* size, uint64_t* reuseAfter) {
   *reuseAfter = 0;
   // Acquire: the network (send) or the copy stream (receive) is done with
   // a block once the word says so.
-  const uint64_t done = link_->isSend ? words_->sent.load() : words_->drained.load();
+  const uint64_t done = isSend_ ? words_->sent.load() : words_->drained.load();
   Region* best = nullptr;
   Region* firstToFree = nullptr;  // among the busy blocks that fit
   int fitting = 0;
@@ -67,14 +78,14 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
     }
     if (best == nullptr || b.mem->size() < best->mem->size()) best = &b;
   }
-  if (best == nullptr && !link_->isSend && fitting >= kRecvBlocksPerSize) {
+  if (best == nullptr && !isSend_ && fitting >= kRecvBlocksPerSize) {
     // Messages of a connection drain in order, so the block's last user
     // drains before this message's copies begin; the proxy waits for that
     // (NetOp::reuseAfter) before landing chunks in it. No stream waits.
     best = firstToFree;
     *reuseAfter = best->busyUntil;
   }
-  if (best == nullptr && link_->isSend && fitting >= kSendBlocksPerSize && wait.ns > 0 &&
+  if (best == nullptr && isSend_ && fitting >= kSendBlocksPerSize && wait.ns > 0 &&
       firstToFree->busyUntil <= wait.posted && waitSent(firstToFree->busyUntil, wait)) {
     best = firstToFree;
   }
@@ -92,7 +103,7 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
     FERRY_CHECK(allocate(size, &r));
     stagingBytes_ += size;
     FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: %s staging grew by %llu bytes to %llu",
-               link_->engine->name(), link_->isSend ? "send" : "receive",
+               links_[0]->engine->name(), isSend_ ? "send" : "receive",
                static_cast<unsigned long long>(size),
                static_cast<unsigned long long>(stagingBytes_));
     blocks_.push_back(std::move(r));
@@ -100,7 +111,7 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
   }
   best->busyUntil = seq + 1;
   *data = static_cast<char*>(best->mem->ptr());
-  *mhandle = best->mhandle;
+  *mhandles = best->mhandles;
   *size = best->mem->size();
   return ncclSuccess;
 }

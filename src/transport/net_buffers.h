@@ -11,8 +11,8 @@
 //     and copies: CUDA blocks the submitting thread when a stream's queue
 //     is full, NOTES.md trap 29), at the price of pinned memory as large
 //     as the messages in flight (blocks are reused).
-// Blocks are registered with the engine on the connection's comm
-// (NetLink::regMr) before their first use.
+// Blocks are registered with the engine on every comm of the connection
+// (NetLink::regMr, one registration per link) before their first use.
 //
 // Threading: take() runs on the thread that owns the communicator; the
 // proxy reads the words and writes `sent` / `arrived`.
@@ -40,7 +40,9 @@ struct NetWords {
 
 class NetBuffers {
  public:
-  NetBuffers(rt::Runtime* runtime, NetLink* link) : runtime_(runtime), link_(link) {}
+  // `links`: the connection's (at least one), which outlive this object.
+  NetBuffers(rt::Runtime* runtime, std::vector<NetLink*> links, bool isSend)
+      : runtime_(runtime), links_(std::move(links)), isSend_(isSend) {}
   ~NetBuffers();
   NetBuffers(const NetBuffers&) = delete;
   NetBuffers& operator=(const NetBuffers&) = delete;
@@ -71,8 +73,9 @@ class NetBuffers {
     int64_t ns = 0;
     const std::atomic<bool>* abort = nullptr;
   };
+  // *mhandles: the block's registration on each link (by link index).
   [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
-                            void** mhandle, uint64_t* size, uint64_t* reuseAfter);
+                            NetMhandles* mhandles, uint64_t* size, uint64_t* reuseAfter);
   static constexpr int kRecvBlocksPerSize = 2;
   static constexpr int kSendBlocksPerSize = 4;
   uint64_t stagingBytes() const { return stagingBytes_; }
@@ -80,15 +83,17 @@ class NetBuffers {
  private:
   struct Region {
     std::unique_ptr<rt::HostMemory> mem;
-    void* mhandle = nullptr;
+    NetMhandles mhandles{};
     uint64_t busyUntil = 0;  // free once the connection's done word >= this
   };
   [[nodiscard]] Status allocate(uint64_t bytes, Region* out);
+  void deregister(Region& r);
   // Waits for `sent` to reach `target`; false when the wait ran out or aborted.
   bool waitSent(uint64_t target, const SendWait& wait) const;
 
   rt::Runtime* runtime_;
-  NetLink* link_;
+  std::vector<NetLink*> links_;
+  bool isSend_;
   std::unique_ptr<rt::HostMemory> wordMem_;
   NetWords* words_ = nullptr;
   std::vector<Region> blocks_;

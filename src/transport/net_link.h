@@ -16,6 +16,7 @@
 // the lock.
 #pragma once
 
+#include <array>
 #include <mutex>
 
 #include "core/log.h"
@@ -23,6 +24,12 @@
 #include "net/net.h"
 
 namespace ferry {
+
+// A point-to-point network connection spreads its chunks over this many
+// links at most (FERRY_NET_LINKS); a staging block carries one registration
+// per link.
+constexpr int kMaxNetLinks = 8;
+using NetMhandles = std::array<void*, kMaxNetLinks>;
 
 struct NetLink {
   NetLink(net::NetEngine* e, int d, bool send) : engine(e), dev(d), isSend(send) {}

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -21,14 +22,24 @@ using Clock = std::chrono::steady_clock;
 // Pause between two passes over connections that all said "not yet".
 constexpr auto kIdleWait = std::chrono::microseconds(500);
 
-Status makeNetConnection(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
+// Bootstrap tag of the extra links' listen handles (above the split tags,
+// communicator.h).
+constexpr uint32_t kNetHandleTag = 0x4e455448;  // "NETH"
+
+Status makeNetConnection(const P2pSetupContext& ctx, net::NetEngine* engine, int peer, int links,
                          ConnectionBase* c) {
   c->peer = peer;
   c->device = ctx.device;
   c->transport = TransportId::Net;
   c->samePeerProcess = false;
-  c->net = std::make_unique<NetLink>(engine, netDevFor(engine, *ctx.topology, peer), c->isSend);
-  c->netBuffers = std::make_unique<NetBuffers>(ctx.runtime, c->net.get());
+  std::vector<NetLink*> raw;
+  for (int k = 0; k < links; ++k) {
+    // Links spread over the engine's devices (NICs) like a ring's channels.
+    c->net.push_back(
+        std::make_unique<NetLink>(engine, netDevFor(engine, *ctx.topology, peer + k), c->isSend));
+    raw.push_back(c->net.back().get());
+  }
+  c->netBuffers = std::make_unique<NetBuffers>(ctx.runtime, std::move(raw), c->isSend);
   FERRY_CHECK(c->netBuffers->init());
   // The copies between the user's buffer and the connection's host memory
   // (enqueue/p2p_net.cc).
@@ -36,12 +47,19 @@ Status makeNetConnection(const P2pSetupContext& ctx, net::NetEngine* engine, int
   return ncclSuccess;
 }
 
-// One non-blocking step of c's connect or accept; *done once c has its comm.
-Status stepOne(ConnectionBase& c, std::vector<NetHandle>& handles, bool* done) {
-  NetLink& link = *c.net;
+// One link of a connection that is not connected yet.
+struct PendingLink {
+  ConnectionBase* conn = nullptr;
+  int link = 0;
+};
+
+// One non-blocking step of a link's connect or accept; *done once it has its comm.
+Status stepOne(const PendingLink& p, int links, std::vector<NetHandle>& handles, bool* done) {
+  NetLink& link = *p.conn->net[p.link];
   void* comm = nullptr;
-  if (c.isSend) {
-    FERRY_CHECK(link.engine->connect(link.dev, handles[c.peer].data(), &comm));
+  if (p.conn->isSend) {
+    const size_t at = static_cast<size_t>(p.conn->peer) * links + p.link;
+    FERRY_CHECK(link.engine->connect(link.dev, handles[at].data(), &comm));
   } else {
     FERRY_CHECK(link.engine->accept(link.listenComm, &comm));
   }
@@ -52,24 +70,33 @@ Status stepOne(ConnectionBase& c, std::vector<NetHandle>& handles, bool* done) {
   return ncclSuccess;
 }
 
-std::string describePending(const std::vector<ConnectionBase*>& pending) {
+std::string describePending(const std::vector<PendingLink>& pending) {
   std::string sends, recvs;
-  for (const ConnectionBase* c : pending)
-    (c->isSend ? sends : recvs) += " " + std::to_string(c->peer);
+  for (const PendingLink& p : pending) {
+    (p.conn->isSend ? sends : recvs) +=
+        " " + std::to_string(p.conn->peer) + "/" + std::to_string(p.link);
+  }
   std::string out;
-  if (!sends.empty()) out += "connect to peer(s)" + sends;
+  if (!sends.empty()) out += "connect to peer/link" + sends;
   if (!sends.empty() && !recvs.empty()) out += ", ";
-  if (!recvs.empty()) out += "accept from peer(s)" + recvs;
+  if (!recvs.empty()) out += "accept from peer/link" + recvs;
   return out;
 }
 
+// Once per connection, when its last link is up.
 void logConnected(const ConnectionBase& c, int me) {
+  for (const auto& link : c.net) {
+    if (link->comm == nullptr) return;
+  }
   const char* name = transportName(TransportId::Net);
+  char striped[32] = "";
+  if (c.net.size() > 1) snprintf(striped, sizeof(striped), " x%zu links", c.net.size());
   if (c.isSend) {
-    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d", me, c.peer, name, c.net->dev);
+    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d%s", me, c.peer, name,
+               c.net[0]->dev, striped);
   } else {
-    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d [receive]", c.peer, me, name,
-               c.net->dev);
+    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d [receive]%s", c.peer, me, name,
+               c.net[0]->dev, striped);
   }
 }
 
@@ -100,7 +127,9 @@ void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine
   const int myRank = t.myRank;
   const long remotePeers = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
   const net::SocketNetLayout layout = net::resolveSocketNetLayout(*ctx.params);
-  const long perPeer = 2L * (1 + layout.nThreads * (layout.nSocksPerThread + 1)) + 1;
+  int links = 1;
+  if (!ok(netLinksPerPeer(ctx, &links))) links = 1;  // setupP2p reports it
+  const long perPeer = links * (2L * (1 + layout.nThreads * (layout.nSocksPerThread + 1)) + 1);
   const long open = openDescriptors();
   rlimit lim{};
   if (open < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
@@ -121,11 +150,11 @@ void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine
   }
   FERRY_WARN(
       "rank %d: %ld peers on other hosts need about %ld more file descriptors (%ld each: "
-      "2 connections x (1 + NCCL_SOCKET_NTHREADS %d x (NCCL_NSOCKS_PERTHREAD %d + 1)) + "
-      "a listener), %ld are open, and the limit is %llu (hard %llu): raise `ulimit -n` or "
-      "lower those two knobs, or the connections will fail",
-      myRank, remotePeers, remotePeers * perPeer, perPeer, layout.nThreads, layout.nSocksPerThread,
-      open, static_cast<unsigned long long>(lim.rlim_cur),
+      "FERRY_NET_LINKS %d x (2 connections x (1 + NCCL_SOCKET_NTHREADS %d x "
+      "(NCCL_NSOCKS_PERTHREAD %d + 1)) + a listener)), %ld are open, and the limit is %llu "
+      "(hard %llu): raise `ulimit -n` or lower those knobs, or the connections will fail",
+      myRank, remotePeers, remotePeers * perPeer, perPeer, links, layout.nThreads,
+      layout.nSocksPerThread, open, static_cast<unsigned long long>(lim.rlim_cur),
       static_cast<unsigned long long>(lim.rlim_max));
 }
 
@@ -152,33 +181,71 @@ Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out) {
   return ncclSuccess;
 }
 
-Status setupNetRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
-                    std::unique_ptr<RecvConnection>* out, NetHandle* handle) {
+Status netLinksPerPeer(const P2pSetupContext& ctx, int* out) {
+  const int64_t v = ctx.params->getInt(ParamId::NetLinks);
+  if (v < 0 || v > kMaxNetLinks) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_NET_LINKS=%lld is outside [0, %d]",
+               static_cast<long long>(v), kMaxNetLinks);
+  }
+  if (v > 0) {
+    *out = static_cast<int>(v);
+  } else {
+    *out = ctx.runtime->kind() == rt::RuntimeKind::Host ? 1 : 4;
+  }
+  return ncclSuccess;
+}
+
+Status setupNetRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer, int links,
+                    std::unique_ptr<RecvConnection>* out, std::vector<NetHandle>* handles) {
   auto c = std::make_unique<RecvConnection>();
-  FERRY_CHECK(makeNetConnection(ctx, engine, peer, c.get()));
-  handle->fill(0);
-  FERRY_CHECK(engine->listen(c->net->dev, handle->data(), &c->net->listenComm));
+  FERRY_CHECK(makeNetConnection(ctx, engine, peer, links, c.get()));
+  handles->assign(static_cast<size_t>(links), NetHandle{});
+  for (int k = 0; k < links; ++k) {
+    NetLink& link = *c->net[k];
+    FERRY_CHECK(engine->listen(link.dev, (*handles)[k].data(), &link.listenComm));
+  }
   *out = std::move(c);
   return ncclSuccess;
 }
 
-Status setupNetSend(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
+Status setupNetSend(const P2pSetupContext& ctx, net::NetEngine* engine, int peer, int links,
                     std::unique_ptr<SendConnection>* out) {
   auto c = std::make_unique<SendConnection>();
-  FERRY_CHECK(makeNetConnection(ctx, engine, peer, c.get()));
+  FERRY_CHECK(makeNetConnection(ctx, engine, peer, links, c.get()));
   *out = std::move(c);
   return ncclSuccess;
 }
 
-Status connectNetPeers(const P2pSetupContext& ctx, std::vector<NetHandle>& handles,
+Status exchangeNetHandles(const P2pSetupContext& ctx, int links,
+                          const std::vector<std::vector<NetHandle>>& recvExtra,
+                          const P2pState& state, std::vector<NetHandle>* sendHandles) {
+  if (links <= 1) return ncclSuccess;
+  const size_t bytes = sizeof(NetHandle) * static_cast<size_t>(links - 1);
+  const int n = static_cast<int>(state.recv.size());
+  // Sends first: a bootstrap send never waits for its receive (bootstrap.h).
+  for (int p = 0; p < n; ++p) {
+    const auto& c = state.recv[p];
+    if (!c || c->transport != TransportId::Net) continue;
+    FERRY_CHECK(ctx.bootstrap->send(p, kNetHandleTag, recvExtra[p].data(), bytes));
+  }
+  for (int q = 0; q < n; ++q) {
+    const auto& c = state.send[q];
+    if (!c || c->transport != TransportId::Net) continue;
+    const size_t at = static_cast<size_t>(q) * links + 1;
+    FERRY_CHECK(ctx.bootstrap->recv(q, kNetHandleTag, (*sendHandles)[at].data(), bytes));
+  }
+  return ncclSuccess;
+}
+
+Status connectNetPeers(const P2pSetupContext& ctx, int links, std::vector<NetHandle>& handles,
                        P2pState* state) {
-  std::vector<ConnectionBase*> pending;
-  for (auto& c : state->send) {
-    if (c && c->transport == TransportId::Net) pending.push_back(c.get());
-  }
-  for (auto& c : state->recv) {
-    if (c && c->transport == TransportId::Net) pending.push_back(c.get());
-  }
+  std::vector<PendingLink> pending;
+  auto addLinks = [&pending](ConnectionBase* c) {
+    if (c == nullptr || c->transport != TransportId::Net) return;
+    for (int k = 0; k < static_cast<int>(c->net.size()); ++k) pending.push_back(PendingLink{c, k});
+  };
+  for (auto& c : state->send) addLinks(c.get());
+  for (auto& c : state->recv) addLinks(c.get());
   if (pending.empty()) return ncclSuccess;
   const int me = ctx.topology->myRank;
   const size_t total = pending.size();
@@ -189,17 +256,18 @@ Status connectNetPeers(const P2pSetupContext& ctx, std::vector<NetHandle>& handl
     bool completed = false;
     for (size_t i = 0; i < pending.size();) {
       bool done = false;
-      Status s = stepOne(*pending[i], handles, &done);
+      const PendingLink p = pending[i];
+      Status s = stepOne(p, links, handles, &done);
       if (!ok(s)) {
-        FERRY_FAIL(s, "rank %d: network connection %s peer %d failed: %s", me,
-                   pending[i]->isSend ? "to" : "from", pending[i]->peer, statusString(s));
+        FERRY_FAIL(s, "rank %d: network connection %s peer %d (link %d) failed: %s", me,
+                   p.conn->isSend ? "to" : "from", p.conn->peer, p.link, statusString(s));
       }
       if (!done) {
         ++i;
         continue;
       }
-      logConnected(*pending[i], me);
       pending.erase(pending.begin() + static_cast<long>(i));
+      logConnected(*p.conn, me);
       completed = true;
     }
     if (pending.empty()) break;
@@ -216,7 +284,7 @@ Status connectNetPeers(const P2pSetupContext& ctx, std::vector<NetHandle>& handl
     }
     if (!completed) std::this_thread::sleep_for(kIdleWait);
   }
-  FERRY_INFO(kLogNet | kLogInit, "rank %d: %zu network connections up in %.1f ms", me, total,
+  FERRY_INFO(kLogNet | kLogInit, "rank %d: %zu network links up in %.1f ms", me, total,
              std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   return ncclSuccess;
 }

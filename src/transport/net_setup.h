@@ -1,15 +1,17 @@
 // Network connections at communicator init (internal to transport/setup.cc):
 // every pair of ranks on different hosts gets one connection per direction
 // through the process's network engine (net/net_registry.h), established
-// eagerly inside setupP2p like the P2P/SHM ones. No data moves over them
-// yet: the API refuses send/recv to such peers (api/p2p.cc).
+// eagerly inside setupP2p like the P2P/SHM ones. A connection is L links
+// (engine comms; FERRY_NET_LINKS) that its chunks are striped over
+// (proxy/net_progress.h).
 //
-// Per connection p -> me: the receiver listens on a listen comm of its own
-// (so the comm accept() returns is known to belong to p) and publishes the
-// listen handle in the all-gathered connection table; the sender copies the
-// handle into a buffer of its own (plugins keep connect progress in it) and
-// connects. connect() and accept() never block, and each rank is sender and
-// receiver of several peers at once, so connectNetPeers drives all of this
+// Per link of connection p -> me: the receiver listens on a listen comm of
+// its own (so the comm accept() returns is known to belong to p and to that
+// link) and publishes the listen handle: link 0's in the all-gathered
+// connection table, the others' by a bootstrap message to p
+// (exchangeNetHandles); the sender copies each handle into a buffer of its
+// own (plugins keep connect progress in it) and connects. connect() and accept() never block, and
+// each rank is sender and receiver of several peers at once, so connectNetPeers drives all of this
 // rank's pending connects and accepts in one loop.
 #pragma once
 
@@ -45,20 +47,36 @@ void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine
 // know where NICs sit. 0 when the engine reports one device (or fails to).
 int netDevFor(net::NetEngine* engine, const Topology& t, int spread);
 
-// The receive side of peer -> me: listens on netDevFor(peer) and fills `handle`.
+// FERRY_NET_LINKS resolved: 1..kMaxNetLinks (0, the default: 4 on CUDA,
+// 1 on the host runtime, where CI's two cores run many ranks' helper
+// threads); ncclInvalidArgument outside [0, kMaxNetLinks].
+[[nodiscard]] Status netLinksPerPeer(const P2pSetupContext& ctx, int* out);
+
+// The receive side of peer -> me with `links` links: each listens on
+// netDevFor(peer + link); handles->at(k) is link k's listen handle.
 [[nodiscard]] Status setupNetRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
-                                  std::unique_ptr<RecvConnection>* out, NetHandle* handle);
+                                  int links, std::unique_ptr<RecvConnection>* out,
+                                  std::vector<NetHandle>* handles);
 
 // The send side of me -> peer, not yet connected (connectNetPeers does).
 [[nodiscard]] Status setupNetSend(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
-                                  std::unique_ptr<SendConnection>* out);
+                                  int links, std::unique_ptr<SendConnection>* out);
 
-// Connects every Net connection of `state`: sends to peer q with
-// handles[q] (this rank's writable copies of the receivers' handles), and
-// accepts every receive. Bounded by ctx.timeoutMs and ctx.abortFlag; on
+// Links 1..links-1 (nothing to do for one link): sends each peer this rank
+// receives from over the network the listen handles of those links
+// (recvExtra[peer], links - 1 of them), and receives from each peer it
+// sends to the same into sendHandles[peer * links + 1 ...]. Collective
+// between the two ends of every Net connection of `state`.
+[[nodiscard]] Status exchangeNetHandles(const P2pSetupContext& ctx, int links,
+                                        const std::vector<std::vector<NetHandle>>& recvExtra,
+                                        const P2pState& state, std::vector<NetHandle>* sendHandles);
+
+// Connects every Net connection of `state`: link k to peer q with
+// handles[q * links + k] (this rank's writable copies of the receivers'
+// handles), and accepts every receive link. Bounded by ctx.timeoutMs and ctx.abortFlag; on
 // timeout ncclSystemError naming the peers still pending. Closes the listen
 // comms of the connections it completes.
-[[nodiscard]] Status connectNetPeers(const P2pSetupContext& ctx, std::vector<NetHandle>& handles,
-                                     P2pState* state);
+[[nodiscard]] Status connectNetPeers(const P2pSetupContext& ctx, int links,
+                                     std::vector<NetHandle>& handles, P2pState* state);
 
 }  // namespace ferry

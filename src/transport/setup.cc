@@ -66,17 +66,20 @@ Status makeCtrl(const P2pSetupContext& ctx, CtrlMapping* out) {
 }
 
 // The receive side of peer -> me; fills `info` for the sender.
-Status setupRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int peer,
-                 std::unique_ptr<RecvConnection>* out, ConnInfo* info) {
+// Net: `links` links; *extraHandles gets the listen handles of links 1.. .
+Status setupRecv(const P2pSetupContext& ctx, net::NetEngine* engine, int links, int peer,
+                 std::unique_ptr<RecvConnection>* out, ConnInfo* info,
+                 std::vector<NetHandle>* extraHandles) {
   memset(info, 0, sizeof(*info));
   TransportId transport = chooseTransport(ctx, engine, peer);
   info->transport = static_cast<uint32_t>(transport);
   snprintf(info->proxyName, sizeof(info->proxyName), "%s", ctx.proxy->rpc().name().c_str());
   if (transport == TransportId::None) return ncclSuccess;
   if (transport == TransportId::Net) {
-    NetHandle handle;
-    FERRY_CHECK(setupNetRecv(ctx, engine, peer, out, &handle));
-    memcpy(info->netHandle, handle.data(), handle.size());
+    std::vector<NetHandle> handles;
+    FERRY_CHECK(setupNetRecv(ctx, engine, peer, links, out, &handles));
+    memcpy(info->netHandle, handles[0].data(), sizeof(NetHandle));
+    extraHandles->assign(handles.begin() + 1, handles.end());
     return ncclSuccess;
   }
   auto c = std::make_unique<RecvConnection>();
@@ -122,8 +125,8 @@ const char* connectionNote(const SendConnection& c, int me) {
 
 // The send side of me -> peer from the receiver's published info (`mine`:
 // what this rank published for peer -> me).
-Status setupSend(const P2pSetupContext& ctx, net::NetEngine* engine, int peer, const ConnInfo& info,
-                 const ConnInfo& mine, const RecvConnection* selfRecv,
+Status setupSend(const P2pSetupContext& ctx, net::NetEngine* engine, int links, int peer,
+                 const ConnInfo& info, const ConnInfo& mine, const RecvConnection* selfRecv,
                  std::unique_ptr<SendConnection>* out) {
   auto transport = static_cast<TransportId>(info.transport);
   if (transport == TransportId::None) return ncclSuccess;
@@ -131,7 +134,7 @@ Status setupSend(const P2pSetupContext& ctx, net::NetEngine* engine, int peer, c
     // Both directions or neither: without an engine here (mine says None)
     // the peer drops its listener for us too (setupP2p).
     if (static_cast<TransportId>(mine.transport) != TransportId::Net) return ncclSuccess;
-    return setupNetSend(ctx, engine, peer, out);
+    return setupNetSend(ctx, engine, peer, links, out);
   }
   auto c = std::make_unique<SendConnection>();
   const int me = ctx.topology->myRank;
@@ -182,21 +185,27 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   net::NetEngine* engine = nullptr;
   FERRY_CHECK(netEngineFor(ctx, &engine));
   checkNetDescriptorBudget(ctx, engine);
+  int links = 1;  // per network connection (net_setup.h)
+  if (engine != nullptr) FERRY_CHECK(netLinksPerPeer(ctx, &links));
   out->send.resize(n);
   out->recv.resize(n);
   std::vector<ConnInfo> table(static_cast<size_t>(n) * n);
   auto at = [&table, n](int receiver, int sender) -> ConnInfo& {
     return table[static_cast<size_t>(receiver) * n + sender];
   };
-  for (int p = 0; p < n; ++p) FERRY_CHECK(setupRecv(ctx, engine, p, &out->recv[p], &at(me, p)));
+  std::vector<std::vector<NetHandle>> extraHandles(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    FERRY_CHECK(setupRecv(ctx, engine, links, p, &out->recv[p], &at(me, p), &extraHandles[p]));
+  }
   FERRY_CHECK(ctx.bootstrap->allGather(table.data(), sizeof(ConnInfo) * n));
-  // Writable copies of the receivers' listen handles, kept until every
-  // connect has completed (net_setup.h).
-  std::vector<NetHandle> netHandles(static_cast<size_t>(n));
+  // Writable copies of the receivers' listen handles (peer q's link k at
+  // q * links + k), kept until every connect has completed (net_setup.h).
+  std::vector<NetHandle> netHandles(static_cast<size_t>(n) * links);
   for (int q = 0; q < n; ++q) {
     const RecvConnection* self = q == me ? out->recv[me].get() : nullptr;
-    FERRY_CHECK(setupSend(ctx, engine, q, at(q, me), at(me, q), self, &out->send[q]));
-    memcpy(netHandles[q].data(), at(q, me).netHandle, sizeof(NetHandle));
+    FERRY_CHECK(setupSend(ctx, engine, links, q, at(q, me), at(me, q), self, &out->send[q]));
+    memcpy(netHandles[static_cast<size_t>(q) * links].data(), at(q, me).netHandle,
+           sizeof(NetHandle));
   }
   for (int p = 0; p < n; ++p) {
     // A peer without a network engine never connects: drop our listener.
@@ -205,7 +214,8 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
       out->recv[p].reset();
     }
   }
-  FERRY_CHECK(connectNetPeers(ctx, netHandles, out));
+  FERRY_CHECK(exchangeNetHandles(ctx, links, extraHandles, *out, &netHandles));
+  FERRY_CHECK(connectNetPeers(ctx, links, netHandles, out));
   // Everyone has mapped what it needs: withdraw the offers.
   FERRY_CHECK(ctx.bootstrap->barrier());
   for (int p = 0; p < n; ++p) {

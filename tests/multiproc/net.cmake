@@ -24,6 +24,8 @@ ferry_net_test(net.connect.2x2 4 connect)
 ferry_net_test(net.initdestroy.4x2 8 initdestroy)
 ferry_net_test(net.bogus.2x2 4 bogus)
 ferry_net_test(net.plugin.2x2 4 plugin)
+# Striped connections (3 links each) connect and log as such.
+ferry_net_test(net.connect.striped.2x2 4 connect FERRY_NET_LINKS=3)
 # The plugin reports two NICs: connections and ring channels spread over both.
 ferry_net_test(net.plugin.2nic.2x2 4 plugin FERRY_TEST_NET_DEVICES=2)
 
@@ -74,6 +76,13 @@ ferry_net_p2p_test(net.p2p.stress.smallchunks.2x2 4 2 stress FERRY_NET_CHUNK_BYT
 # Both ranks receive first, then send, in separate calls on two streams:
 # the receive call must not block its caller (trap 29).
 ferry_net_p2p_test(net.p2p.recvfirst.2x1 2 1 recvfirst FERRY_NET_CHUNK_BYTES=4K)
+# Striping (FERRY_NET_LINKS; 1 by default on the host runtime): each
+# connection's chunks go over 3 links, 4 KiB chunks so every message spans
+# all of them in turn; the test plugin with 2 links.
+ferry_net_p2p_test(net.p2p.striped.stress.2x2 4 2 stress "FERRY_NET_LINKS=3;FERRY_NET_CHUNK_BYTES=4K")
+ferry_net_p2p_test(net.p2p.striped.unbatched.2x1 2 1 unbatched "FERRY_NET_LINKS=3;FERRY_NET_CHUNK_BYTES=8K")
+ferry_net_p2p_test(net.p2p.striped.plugin.3x1 3 1 alltoall
+  "FERRY_NET_LINKS=2;FERRY_NET_CHUNK_BYTES=16K;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
 # The test net plugin carries the bytes (8 requests per comm at most).
 ferry_net_p2p_test(net.p2p.alltoall.plugin.3x1 3 1 alltoall
   "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
@@ -99,6 +108,9 @@ ferry_net_p2p_test(net.p2p.kacross.alltoall.2x2 4 2 alltoall FERRY_P2P_KERNEL_AC
 add_test(NAME net.p2p.peer_killed COMMAND $<TARGET_FILE:mp_p2p_kill> net)
 set_tests_properties(net.p2p.peer_killed PROPERTIES LABELS multiproc TIMEOUT 120
   ENVIRONMENT "NCCL_SOCKET_IFNAME=lo")
+add_test(NAME net.p2p.peer_killed.striped COMMAND $<TARGET_FILE:mp_p2p_kill> net)
+set_tests_properties(net.p2p.peer_killed.striped PROPERTIES LABELS multiproc TIMEOUT 120
+  ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;FERRY_NET_LINKS=3;FERRY_NET_CHUNK_BYTES=64K")
 ferry_net_test(net.mismatch.2x2 4 mismatch)
 
 # Two network namespaces joined by a veth pair: a real link, no loopback

@@ -90,11 +90,11 @@ class ScriptedEngine final : public net::NetEngine {
   std::map<void*, int> acceptTries_;
 };
 
-// A rank (0) with Net connections to and from `peers`, each receive
-// listening on its own comm, as setupP2p leaves them.
+// A rank (0) with Net connections of `links` links to and from `peers`,
+// each receive link listening on its own comm, as setupP2p leaves them.
 struct Rank {
-  explicit Rank(ScriptedEngine* engine, const std::vector<int>& peers, int nranks)
-      : handles(nranks) {
+  Rank(ScriptedEngine* engine, const std::vector<int>& peers, int nranks, int nlinks = 1)
+      : links(nlinks), handles(static_cast<size_t>(nranks) * nlinks) {
     topology.myRank = 0;
     ctx.topology = &topology;
     ctx.abortFlag = &abort;
@@ -105,19 +105,23 @@ struct Rank {
       auto s = std::make_unique<SendConnection>();
       s->peer = p;
       s->transport = TransportId::Net;
-      s->net = std::make_unique<NetLink>(engine, 0, true);
-      state.send[p] = std::move(s);
       auto r = std::make_unique<RecvConnection>();
       r->peer = p;
       r->transport = TransportId::Net;
-      r->net = std::make_unique<NetLink>(engine, 0, false);
-      EXPECT_EQ(engine->listen(0, handles[p].data(), &r->net->listenComm), ncclSuccess);
+      for (int k = 0; k < links; ++k) {
+        s->net.push_back(std::make_unique<NetLink>(engine, 0, true));
+        r->net.push_back(std::make_unique<NetLink>(engine, 0, false));
+        void** listen = &r->net.back()->listenComm;
+        EXPECT_EQ(engine->listen(0, handles[p * links + k].data(), listen), ncclSuccess);
+      }
+      state.send[p] = std::move(s);
       state.recv[p] = std::move(r);
     }
   }
   Topology topology;
   P2pSetupContext ctx;
   std::atomic<bool> abort{false};
+  int links;
   std::vector<NetHandle> handles;
   P2pState state;
 };
@@ -126,11 +130,11 @@ TEST(NetSetup, ConnectsEveryPeerAndClosesListeners) {
   ScriptedEngine engine;
   {
     Rank rank(&engine, {1, 2, 3}, 4);
-    ASSERT_EQ(connectNetPeers(rank.ctx, rank.handles, &rank.state), ncclSuccess);
+    ASSERT_EQ(connectNetPeers(rank.ctx, rank.links, rank.handles, &rank.state), ncclSuccess);
     for (int p = 1; p < 4; ++p) {
-      EXPECT_NE(rank.state.send[p]->net->comm, nullptr) << p;
-      EXPECT_NE(rank.state.recv[p]->net->comm, nullptr) << p;
-      EXPECT_EQ(rank.state.recv[p]->net->listenComm, nullptr) << p;
+      EXPECT_NE(rank.state.send[p]->net[0]->comm, nullptr) << p;
+      EXPECT_NE(rank.state.recv[p]->net[0]->comm, nullptr) << p;
+      EXPECT_EQ(rank.state.recv[p]->net[0]->listenComm, nullptr) << p;
     }
     // Every connection retried in the same loop, not one after another.
     EXPECT_EQ(engine.calls["connect"], 3 * (engine.connectAfter + 1));
@@ -150,10 +154,10 @@ TEST(NetSetup, TimesOutNamingThePendingPeers) {
     Rank rank(&engine, {2, 5}, 6);
     rank.ctx.timeoutMs = 100;
     auto start = Clock::now();
-    EXPECT_EQ(connectNetPeers(rank.ctx, rank.handles, &rank.state), ncclSystemError);
+    EXPECT_EQ(connectNetPeers(rank.ctx, rank.links, rank.handles, &rank.state), ncclSystemError);
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
     const std::string why = lastWarning();
-    EXPECT_NE(why.find("accept from peer(s) 2 5"), std::string::npos) << why;
+    EXPECT_NE(why.find("accept from peer/link 2/0 5/0"), std::string::npos) << why;
     EXPECT_EQ(why.find("connect to"), std::string::npos) << why;  // those completed
   }
   // The listeners that never accepted were closed with their connections.
@@ -168,7 +172,7 @@ TEST(NetSetup, StopsOnAbort) {
   Rank rank(&engine, {1}, 2);
   rank.abort.store(true);
   auto start = Clock::now();
-  EXPECT_EQ(connectNetPeers(rank.ctx, rank.handles, &rank.state), ncclInternalError);
+  EXPECT_EQ(connectNetPeers(rank.ctx, rank.links, rank.handles, &rank.state), ncclInternalError);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
   EXPECT_NE(lastWarning().find("aborted"), std::string::npos) << lastWarning();
 }
@@ -177,16 +181,40 @@ TEST(NetSetup, PassesEngineFailuresOn) {
   ScriptedEngine engine;
   engine.connectFails = ncclSystemError;
   Rank rank(&engine, {1}, 2);
-  EXPECT_EQ(connectNetPeers(rank.ctx, rank.handles, &rank.state), ncclSystemError);
-  EXPECT_NE(lastWarning().find("network connection to peer 1 failed"), std::string::npos)
+  EXPECT_EQ(connectNetPeers(rank.ctx, rank.links, rank.handles, &rank.state), ncclSystemError);
+  EXPECT_NE(lastWarning().find("network connection to peer 1 (link 0) failed"), std::string::npos)
       << lastWarning();
 }
 
 TEST(NetSetup, NothingToDoWithoutNetConnections) {
   ScriptedEngine engine;
   Rank rank(&engine, {}, 3);
-  EXPECT_EQ(connectNetPeers(rank.ctx, rank.handles, &rank.state), ncclSuccess);
+  EXPECT_EQ(connectNetPeers(rank.ctx, rank.links, rank.handles, &rank.state), ncclSuccess);
   EXPECT_TRUE(engine.calls.empty());
+}
+
+// Striped connections: every link of every connection connects (each with
+// its own receiver's handle) and closes on its own.
+TEST(NetSetup, ConnectsEveryLinkOfEveryConnection) {
+  ScriptedEngine engine;
+  {
+    Rank rank(&engine, {1, 3}, 4, 3);
+    ASSERT_EQ(connectNetPeers(rank.ctx, rank.links, rank.handles, &rank.state), ncclSuccess);
+    for (int p : {1, 3}) {
+      ASSERT_EQ(rank.state.send[p]->net.size(), 3u);
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_NE(rank.state.send[p]->net[k]->comm, nullptr) << p << "/" << k;
+        EXPECT_NE(rank.state.recv[p]->net[k]->comm, nullptr) << p << "/" << k;
+        EXPECT_EQ(rank.state.recv[p]->net[k]->listenComm, nullptr) << p << "/" << k;
+      }
+      // Three distinct comms per side.
+      EXPECT_NE(rank.state.send[p]->net[0]->comm, rank.state.send[p]->net[1]->comm);
+      EXPECT_NE(rank.state.send[p]->net[1]->comm, rank.state.send[p]->net[2]->comm);
+    }
+    EXPECT_EQ(engine.calls["closeListen"], 6);
+  }
+  EXPECT_EQ(engine.calls["closeSend"], 6);
+  EXPECT_EQ(engine.calls["closeRecv"], 6);
 }
 
 TEST(NetRegistry, RefusesAnNcclNetThatNamesNothing) {
