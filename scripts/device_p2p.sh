@@ -6,6 +6,7 @@
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
+#           hoststage netnsys
 #           wincoll
 set -uo pipefail
 src=$1
@@ -297,6 +298,34 @@ for s in $stages; do
       echo "--- $f"; grep -iE "memcpy|memset|Kernel|wait" "$f" | tail -40 | cut -c1-200
     done
     ;;
+  hoststage)
+    # Staging copies GPU <-> pinned host alone, both ways, both GPUs, beside
+    # CPU memcpy threads (bench/host_stage.cu).
+    stage hoststage
+    for args in ${HOSTSTAGE_ARGS:-"67108864 4194304 10 8" "4194304 1048576 50 8"}; do
+      timeout 120 $b/bench/ferry-host-stage $args
+    done
+    ;;
+  netnsys)
+    # nsys GPU trace (memcpys, kernels) of both ranks of a sendrecv across
+    # two emulated hosts; the CSVs come back whole for offline timelines.
+    stage netnsys
+    export NCCL_SOCKET_IFNAME=lo
+    ns=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+    echo "nsys: ${ns:-none}"; [ -z "$ns" ] && continue
+    for sz in ${NETNSYS_SIZES:-64M 4M}; do
+      timeout 150 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 140 \
+        $ns profile -t cuda -o "$out/netnsys-$sz-%q{FERRY_RANK}" --force-overwrite true \
+        $b/bench/ferry-bench ${NETNSYS_OP:-sendrecv} -b $sz -e $sz -w 5 -n 10 --inplace no \
+        --lib $b/libnccl.so.2 >"$out/netnsys-$sz-run.log" 2>&1
+      echo "netnsys $sz exit $?"; grep -E "^\[0\] +[0-9]" "$out/netnsys-$sz-run.log" | head -2
+      for f in "$out"/netnsys-$sz-*.nsys-rep; do
+        $ns stats -q -r cuda_gpu_trace -f csv -o "${f%.nsys-rep}" "$f" >/dev/null 2>&1
+        rm -f "$f" "${f%.nsys-rep}.sqlite"
+      done
+    done
+    ls -la "$out" | grep netnsys
+    ;;
   copyov)
     # Local vs peer copies side by side (bench/copy_overlap.cu).
     stage copyov
@@ -567,7 +596,7 @@ for s in $stages; do
       IFS=: read -r op size <<<"$oc"
       # A file per process: through ferry-run's pipes the TRACE lines would
       # block their writers and distort the timeline.
-      NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=NET NCCL_DEBUG_FILE="$out/netlat-$op-$size.%p.log" \
+      NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=${NETLAT_SUBSYS:-NET} NCCL_DEBUG_FILE="$out/netlat-$op-$size.%p.log" \
         timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 50 \
         $b/bench/ferry-bench $op -b $size -e $size -w 10 -n 20 --inplace no --lib $b/libnccl.so.2 >"$out/netlat-$op-$size.txt" 2>&1
       echo "$op $size: exit $? $(grep -E "^\[0\] +[0-9]+ +[0-9]+ +[a-z0-9]+ +" "$out/netlat-$op-$size.txt" | awk '{print $7 " us"}')"

@@ -31,7 +31,7 @@
     "must set the same).")                                                                       \
   X(NetLinks, "FERRY_NET_LINKS", Int, "0",                                                        \
     "Point-to-point across hosts: engine connections (links) per peer and direction that a "      \
-    "message's chunks are striped over (1..8; 0: 4 on CUDA, 1 on the host runtime; every rank "   \
+    "message's chunks are striped over (1..8; 0: 2 on CUDA, 1 on the host runtime; every rank "   \
     "must set the same).")                                                                        \
   X(NetStagingWaitUs, "FERRY_NET_STAGING_WAIT_US", Int, "2000",                                   \
     "Point-to-point across hosts: a send whose connection already holds 4 staging blocks of its " \

@@ -120,8 +120,8 @@ Status NetProgress::testLinks(ConnState& c, bool* moved) {
     }
     f.done = true;
     *moved = true;
-    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu done (link %zu)", traceNowUs(),
-                direction(conn), conn.peer, static_cast<unsigned long long>(f.chunk),
+    FERRY_TRACE(kLogNet | kLogProxy, "t=%lld us: %s peer %d: chunk %llu done (link %zu)",
+                traceNowUs(), direction(conn), conn.peer, static_cast<unsigned long long>(f.chunk),
                 static_cast<size_t>(f.chunk % nLinks));
   }
   return ncclSuccess;
@@ -197,9 +197,9 @@ Status NetProgress::postChunks(ConnState& c, bool* moved) {
     }
     if (request == nullptr) return ncclSuccess;  // the engine says "not now"
     c.requests.push_back(InFlight{request, chunk, false, 0});
-    FERRY_TRACE(kLogNet, "t=%lld us: %s peer %d: chunk %llu posted (message %llu)", traceNowUs(),
-                direction(*c.conn), c.conn->peer, static_cast<unsigned long long>(chunk),
-                static_cast<unsigned long long>(op.seq));
+    FERRY_TRACE(kLogNet | kLogProxy, "t=%lld us: %s peer %d: chunk %llu posted (message %llu)",
+                traceNowUs(), direction(*c.conn), c.conn->peer,
+                static_cast<unsigned long long>(chunk), static_cast<unsigned long long>(op.seq));
     // `posting` moves past an op as soon as its last chunk is posted, so
     // it always points at the op that posts next (testRequests keeps it so
     // when it pops completed ops off the front).

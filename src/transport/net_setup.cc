@@ -190,7 +190,7 @@ Status netLinksPerPeer(const P2pSetupContext& ctx, int* out) {
   if (v > 0) {
     *out = static_cast<int>(v);
   } else {
-    *out = ctx.runtime->kind() == rt::RuntimeKind::Host ? 1 : 4;
+    *out = ctx.runtime->kind() == rt::RuntimeKind::Host ? 1 : 2;
   }
   return ncclSuccess;
 }

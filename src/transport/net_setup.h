@@ -47,7 +47,7 @@ void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine
 // know where NICs sit. 0 when the engine reports one device (or fails to).
 int netDevFor(net::NetEngine* engine, const Topology& t, int spread);
 
-// FERRY_NET_LINKS resolved: 1..kMaxNetLinks (0, the default: 4 on CUDA,
+// FERRY_NET_LINKS resolved: 1..kMaxNetLinks (0, the default: 2 on CUDA,
 // 1 on the host runtime, where CI's two cores run many ranks' helper
 // threads); ncclInvalidArgument outside [0, kMaxNetLinks].
 [[nodiscard]] Status netLinksPerPeer(const P2pSetupContext& ctx, int* out);
