@@ -8,7 +8,7 @@
 //     spread round-robin over them; each side's helper threads (one per group
 //     of NCCL_NSOCKS_PERTHREAD sockets) move the chunks, so the proxy thread
 //     only posts work and polls counters;
-//   - except a message of at most 16 KiB (kInlineBytes): its bytes follow
+//   - except a message of at most 64 KiB (kInlineBytes): its bytes follow
 //     its announcement on the control socket, moved by the proxy thread
 //     itself (a helper thread's wake-up on each side would cost more than
 //     the bytes).

@@ -295,7 +295,7 @@ TEST(SocketNetData, SizesExact) {
   Link l{net.get(), net.get()};
   ASSERT_TRUE(connectLink(&l));
   test::Rng rng(test::testSeed(), 1);
-  // 16384 / 16385: the last message on the control stream, the first on
+  // 65536 / 65537: the last message on the control stream, the first on
   // the data sockets (kInlineBytes).
   for (size_t n :
        {size_t{0}, size_t{1}, size_t{7}, size_t{4093}, size_t{16384}, size_t{16385}, size_t{65536},
