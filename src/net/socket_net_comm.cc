@@ -37,6 +37,24 @@ void Comm::stopWorkers() {
   stop_.store(true, std::memory_order_release);
   for (auto& w : workers_) w->wake();
   for (auto& w : workers_) w->join();
+  if (workersStarted_) logWorkerStats();
+}
+
+// One INFO line per comm that moved data (NET subsystem): per helper, MB
+// moved, the longest socket wait and CPU / busy wall time (WorkerStats).
+void Comm::logWorkerStats() const {
+  if (!logEnabled(LogLevel::Info, kLogNet)) return;
+  std::string line;
+  for (const auto& w : workers_) {
+    const WorkerStats& st = w->stats();
+    char one[160];
+    snprintf(one, sizeof(one), " [%d: %.1f MB, wait %.2f ms on socket %d, cpu %.1f/%.1f ms]",
+             static_cast<int>(&w - &workers_[0]), st.bytes / 1e6, st.maxSocketWaitNs / 1e6,
+             st.maxWaitSocket, st.cpuNs / 1e6, st.busyNs / 1e6);
+    line += one;
+  }
+  FERRY_INFO(kLogNet, "net/socket: %s comm with %s closed; helpers%s", send_ ? "send" : "receive",
+             peer_.c_str(), line.c_str());
 }
 
 Status Comm::start() {

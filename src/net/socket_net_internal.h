@@ -139,6 +139,20 @@ struct Task {
   int sock = 0;  // index among the worker's sockets
 };
 
+// What a helper thread saw, for the INFO line its comm writes when it
+// closes (where a striped connection's time goes without TRACE, trap 46):
+// bytes moved; the longest time one of its sockets had a chunk queued but
+// could not move a byte (the peer or TCP held it up); its wall time outside
+// poll() and the CPU time it got (well below the wall time: the thread was
+// runnable but not running).
+struct WorkerStats {
+  uint64_t bytes = 0;
+  int64_t maxSocketWaitNs = 0;
+  int maxWaitSocket = -1;  // index among the comm's data sockets
+  int64_t busyNs = 0;
+  int64_t cpuNs = 0;
+};
+
 // A helper thread owning a few data sockets of one comm (comm_worker.cc).
 class Worker {
  public:
@@ -158,11 +172,13 @@ class Worker {
   // Any thread: interrupts the worker's poll (new work, failure or stop).
   void wake();
   void join();
+  // After join() (which orders the thread's writes before this read).
+  const WorkerStats& stats() const { return stats_; }
 
  private:
   void run();
   void takeIncoming();
-  bool progressSocket(int s);
+  bool progressSocket(int s, int64_t nowNs);
   bool progressAll();
   void dropAll();
   void waitForWork();
@@ -176,6 +192,8 @@ class Worker {
   std::vector<Task> incoming_;  // guarded by mu_
   // Thread-private once the thread runs.
   std::vector<std::deque<Task>> queues_;
+  std::vector<int64_t> blockedSinceNs_;  // per socket: first would-block, 0 when moving
+  WorkerStats stats_;
   std::vector<Task> scratch_;
   std::thread thread_;
 };
@@ -229,6 +247,7 @@ class Comm {
   // failed). Proxy thread only.
   bool startWorkers();
   void stopWorkers();
+  void logWorkerStats() const;
   Request& slot(uint64_t seq) { return ring_[seq % kMaxRequests]; }
 
   const bool send_;

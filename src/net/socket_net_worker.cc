@@ -3,6 +3,7 @@
 // holds up another one and the proxy thread never waits on the network.
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,7 +30,12 @@ constexpr uint64_t kVisitBytes = 4ull << 20;
 }  // namespace
 
 Worker::Worker(Comm* comm, int index, std::vector<int> fds, bool send)
-    : comm_(comm), index_(index), fds_(std::move(fds)), send_(send), queues_(fds_.size()) {}
+    : comm_(comm),
+      index_(index),
+      fds_(std::move(fds)),
+      send_(send),
+      queues_(fds_.size()),
+      blockedSinceNs_(fds_.size(), 0) {}
 
 Worker::~Worker() {
   join();
@@ -99,7 +105,7 @@ void Worker::dropAll() {
 
 // Moves bytes on socket `s` until it would block, its queue empties or the
 // visit's budget is spent. True when any byte moved.
-bool Worker::progressSocket(int s) {
+bool Worker::progressSocket(int s, int64_t nowNs) {
   auto& q = queues_[s];
   uint64_t budget = kVisitBytes;
   bool moved = false;
@@ -111,7 +117,10 @@ bool Worker::progressSocket(int s) {
       int err = 0;
       IoResult r = send_ ? sendSome(fds_[s], t.ptr + t.done, want, &n, &err)
                          : recvSome(fds_[s], t.ptr + t.done, want, &n, &err);
-      if (r == IoResult::kWouldBlock) return moved;
+      if (r == IoResult::kWouldBlock) {
+        if (!moved && blockedSinceNs_[s] == 0) blockedSinceNs_[s] = nowNs;
+        return moved;
+      }
       if (r != IoResult::kProgress) {
         comm_->fail(ncclSystemError,
                     "net/socket: %s data socket %d (thread %d) to %s failed after %llu of %llu "
@@ -124,6 +133,15 @@ bool Worker::progressSocket(int s) {
       }
       t.done += n;
       budget -= std::min<uint64_t>(n, budget);
+      stats_.bytes += n;
+      if (blockedSinceNs_[s] != 0) {
+        const int64_t waited = nowNs - blockedSinceNs_[s];
+        if (waited > stats_.maxSocketWaitNs) {
+          stats_.maxSocketWaitNs = waited;
+          stats_.maxWaitSocket = index_ * static_cast<int>(fds_.size()) + s;
+        }
+        blockedSinceNs_[s] = 0;
+      }
       moved = true;
     }
     if (t.done < t.len) break;
@@ -142,8 +160,13 @@ bool Worker::progressSocket(int s) {
 
 bool Worker::progressAll() {
   bool moved = false;
+  const int64_t now = steadyNowNs();
   for (size_t s = 0; s < queues_.size(); ++s) {
-    if (!queues_[s].empty()) moved |= progressSocket(static_cast<int>(s));
+    if (queues_[s].empty()) {
+      blockedSinceNs_[s] = 0;  // nothing queued: not held up
+      continue;
+    }
+    moved |= progressSocket(static_cast<int>(s), now);
     if (comm_->failure() != ncclSuccess) break;
   }
   return moved;
@@ -181,7 +204,14 @@ void Worker::run() {
     }
     // Try the I/O first and poll only when nothing moved: a streaming socket
     // then costs one syscall per buffer-full instead of two.
-    if (!progressAll()) waitForWork();
+    const int64_t start = steadyNowNs();
+    const bool moved = progressAll();
+    stats_.busyNs += steadyNowNs() - start;
+    if (!moved) waitForWork();
+  }
+  timespec cpu{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0) {
+    stats_.cpuNs = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
   }
 }
 

@@ -139,6 +139,35 @@ void checkConnections(const Ctx& ctx, const std::string& engine) {
   printf("rank %d: %d peer(s) on other hosts connected via NET/%s\n", me, net, engine.c_str());
 }
 
+// Megabytes that the helpers of the closed socket comms of one direction
+// reported in their INFO lines ("... closed; helpers [0: 1.5 MB, ...]").
+double helperMegabytes(const std::vector<std::string>& lines, const std::string& direction) {
+  const std::string head = "net/socket: " + direction + " comm with ";
+  double total = 0;
+  for (const std::string& l : lines) {
+    if (l.compare(0, head.size(), head) != 0 || l.find("closed; helpers") == std::string::npos) {
+      continue;
+    }
+    for (size_t at = l.find(" ["); at != std::string::npos; at = l.find(" [", at + 1)) {
+      const size_t colon = l.find(": ", at);
+      if (colon != std::string::npos) total += atof(l.c_str() + colon + 2);
+    }
+  }
+  return total;
+}
+
+// The cross-host rounds moved megabytes through helper threads both ways,
+// so the comms closed at destroy report them (socket_net_internal.h's
+// WorkerStats).
+void checkHelperStats(const Ctx& ctx) {
+  const std::vector<std::string> lines = infoLines(ctx);
+  const double sent = helperMegabytes(lines, "send");
+  const double received = helperMegabytes(lines, "receive");
+  EXPECT_TRUE(sent > 0.5, "helpers of send comms reported %.2f MB (%s)", sent, ctx.logPath.c_str());
+  EXPECT_TRUE(received > 0.5, "helpers of receive comms reported %.2f MB (%s)", received,
+              ctx.logPath.c_str());
+}
+
 World makeWorld(const Ctx& ctx, ncclComm_t comm) {
   World w;
   w.comm = comm;
@@ -266,6 +295,7 @@ void caseConnect(Ctx& ctx) {
   w.destroy();
   EXPECT_TRUE(secondsSince(start) < 10.0, "destroy took %.2f s", secondsSince(start));
   EXPECT_OK(ncclFerryStreamDestroy(w.stream));
+  checkHelperStats(ctx);
 }
 
 // (b) Init and destroy only (more hosts, more connections per rank).
