@@ -185,8 +185,11 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   net::NetEngine* engine = nullptr;
   FERRY_CHECK(netEngineFor(ctx, &engine));
   checkNetDescriptorBudget(ctx, engine);
-  int links = 1;  // per network connection (net_setup.h)
-  if (engine != nullptr) FERRY_CHECK(netLinksPerPeer(ctx, &links));
+  // Per network connection (net_setup.h); checked on every rank, with
+  // peers on other hosts or not, so a bad value fails all of them here
+  // rather than some in the all-gather below.
+  int links = 1;
+  FERRY_CHECK(netLinksPerPeer(ctx, &links));
   out->send.resize(n);
   out->recv.resize(n);
   std::vector<ConnInfo> table(static_cast<size_t>(n) * n);

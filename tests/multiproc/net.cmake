@@ -23,6 +23,7 @@ endfunction()
 ferry_net_test(net.connect.2x2 4 connect)
 ferry_net_test(net.initdestroy.4x2 8 initdestroy)
 ferry_net_test(net.bogus.2x2 4 bogus)
+ferry_net_test(net.badlinks.2x2 4 badlinks)
 ferry_net_test(net.plugin.2x2 4 plugin)
 # Striped connections (3 links each) connect and log as such.
 ferry_net_test(net.connect.striped.2x2 4 connect FERRY_NET_LINKS=3)

@@ -327,6 +327,22 @@ void caseBogus(Ctx& ctx) {
   if (comm != nullptr) EXPECT_OK(ncclCommAbort(comm));
 }
 
+// FERRY_NET_LINKS out of range: every rank's init fails at once with an
+// error naming the knob (none waits for the others in the bootstrap).
+void caseBadLinks(Ctx& ctx) {
+  setenv("FERRY_NET_LINKS", "9", 1);
+  ncclComm_t comm = nullptr;
+  double s = 0;
+  ncclResult_t r = timedInit(ctx, &comm, &s);
+  const std::string why = ncclGetLastError(nullptr);
+  printf("rank %d: %s\n", ctx.env.rank, why.c_str());
+  EXPECT_TRUE(r == ncclInvalidArgument, "init returned %d (%s)", r, ncclGetErrorString(r));
+  EXPECT_TRUE(why.find("FERRY_NET_LINKS=9") != std::string::npos,
+              "last error does not name FERRY_NET_LINKS=9: %s", why.c_str());
+  EXPECT_TRUE(s < kInitLimitS, "failing init took %.2f s", s);
+  if (comm != nullptr) EXPECT_OK(ncclCommAbort(comm));
+}
+
 // Waits up to `seconds` for the communicator's async error to be set.
 ncclResult_t awaitAsyncError(ncclComm_t comm, double seconds) {
   ncclResult_t state = ncclSuccess;
@@ -548,8 +564,8 @@ void casePlugin(Ctx& ctx) {
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Ctx&)>> cases = {
-      {"connect", caseConnect}, {"initdestroy", caseInitDestroy}, {"bogus", caseBogus},
-      {"plugin", casePlugin},   {"mismatch", caseMismatch},
+      {"connect", caseConnect},   {"initdestroy", caseInitDestroy}, {"bogus", caseBogus},
+      {"badlinks", caseBadLinks}, {"plugin", casePlugin},           {"mismatch", caseMismatch},
   };
   if (argc != 2 || cases.count(argv[1]) == 0) {
     fprintf(stderr, "usage: ferry-run -n N %s <connect|initdestroy|bogus|plugin|mismatch>\n",
