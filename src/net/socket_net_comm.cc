@@ -45,12 +45,12 @@ void Comm::stopWorkers() {
 void Comm::logWorkerStats() const {
   if (!logEnabled(LogLevel::Info, kLogNet)) return;
   std::string line;
-  for (const auto& w : workers_) {
-    const WorkerStats& st = w->stats();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const WorkerStats& st = workers_[i]->stats();
     char one[160];
-    snprintf(one, sizeof(one), " [%d: %.1f MB, wait %.2f ms on socket %d, cpu %.1f/%.1f ms]",
-             static_cast<int>(&w - &workers_[0]), st.bytes / 1e6, st.maxSocketWaitNs / 1e6,
-             st.maxWaitSocket, st.cpuNs / 1e6, st.busyNs / 1e6);
+    snprintf(one, sizeof(one), " [%zu: %.1f MB, wait %.2f ms on socket %d, cpu %.1f/%.1f ms]", i,
+             st.bytes / 1e6, st.maxSocketWaitNs / 1e6, st.maxWaitSocket, st.cpuNs / 1e6,
+             st.busyNs / 1e6);
     line += one;
   }
   FERRY_INFO(kLogNet, "net/socket: %s comm with %s closed; helpers%s", send_ ? "send" : "receive",

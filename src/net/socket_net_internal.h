@@ -179,7 +179,7 @@ class Worker {
   void run();
   void takeIncoming();
   bool progressSocket(int s, int64_t nowNs);
-  bool progressAll();
+  bool progressAll(int64_t nowNs);
   void dropAll();
   void waitForWork();
 

@@ -158,9 +158,8 @@ bool Worker::progressSocket(int s, int64_t nowNs) {
   return moved;
 }
 
-bool Worker::progressAll() {
+bool Worker::progressAll(int64_t now) {
   bool moved = false;
-  const int64_t now = steadyNowNs();
   for (size_t s = 0; s < queues_.size(); ++s) {
     if (queues_[s].empty()) {
       blockedSinceNs_[s] = 0;  // nothing queued: not held up
@@ -205,7 +204,7 @@ void Worker::run() {
     // Try the I/O first and poll only when nothing moved: a streaming socket
     // then costs one syscall per buffer-full instead of two.
     const int64_t start = steadyNowNs();
-    const bool moved = progressAll();
+    const bool moved = progressAll(start);
     stats_.busyNs += steadyNowNs() - start;
     if (!moved) waitForWork();
   }

@@ -121,14 +121,12 @@ long openDescriptors() {
 // midway through the connections: raise the soft limit towards the hard
 // one when that covers it, else say what is needed and how to lower it.
 
-void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine) {
+void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine, int links) {
   if (engine == nullptr || strcmp(engine->name(), "Socket") != 0) return;
   const Topology& t = *ctx.topology;
   const int myRank = t.myRank;
   const long remotePeers = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
   const net::SocketNetLayout layout = net::resolveSocketNetLayout(*ctx.params);
-  int links = 1;
-  if (!ok(netLinksPerPeer(ctx, &links))) links = 1;  // setupP2p reports it
   const long perPeer = links * (2L * (1 + layout.nThreads * (layout.nSocksPerThread + 1)) + 1);
   const long open = openDescriptors();
   rlimit lim{};

@@ -36,8 +36,9 @@ using NetHandle = std::array<char, net::kNetHandleBytes>;
 // The built-in socket engine (`engine`; others and null: nothing) connects
 // every peer on another host at init: checks the open-file limit against
 // what those connections take, raising the soft limit towards the hard one
-// (INFO) or WARNing with the numbers. Once per communicator, by setupP2p.
-void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine);
+// (INFO) or WARNing with the numbers. Once per communicator, by setupP2p;
+// `links`: netLinksPerPeer's.
+void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine, int links);
 
 // Which of the engine's devices (NICs) a connection uses: (spread + this
 // rank's local index) modulo the device count, so that a ring's channels

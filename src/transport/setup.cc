@@ -184,12 +184,12 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   const int me = ctx.topology->myRank;
   net::NetEngine* engine = nullptr;
   FERRY_CHECK(netEngineFor(ctx, &engine));
-  checkNetDescriptorBudget(ctx, engine);
   // Per network connection (net_setup.h); checked on every rank, with
   // peers on other hosts or not, so a bad value fails all of them here
   // rather than some in the all-gather below.
   int links = 1;
   FERRY_CHECK(netLinksPerPeer(ctx, &links));
+  checkNetDescriptorBudget(ctx, engine, links);
   out->send.resize(n);
   out->recv.resize(n);
   std::vector<ConnInfo> table(static_cast<size_t>(n) * n);

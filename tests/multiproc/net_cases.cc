@@ -311,36 +311,35 @@ void caseInitDestroy(Ctx& ctx) {
   EXPECT_TRUE(secondsSince(start) < 10.0, "destroy took %.2f s", secondsSince(start));
 }
 
-// (c) NCCL_NET naming no engine fails init on every rank, promptly.
-void caseBogus(Ctx& ctx) {
-  setenv("NCCL_NET", "Bogus", 1);
+// Init with `name`=`value` in the environment: every rank's init fails at
+// once (none waits for the others in the bootstrap) with ncclInvalidArgument
+// and a last error that contains each of `want`.
+void expectInitRefused(Ctx& ctx, const char* name, const char* value,
+                       const std::vector<std::string>& want) {
+  setenv(name, value, 1);
   ncclComm_t comm = nullptr;
   double s = 0;
   ncclResult_t r = timedInit(ctx, &comm, &s);
   const std::string why = ncclGetLastError(nullptr);
   printf("rank %d: %s\n", ctx.env.rank, why.c_str());
   EXPECT_TRUE(r == ncclInvalidArgument, "init returned %d (%s)", r, ncclGetErrorString(r));
-  EXPECT_TRUE(
-      why.find("NCCL_NET=Bogus") != std::string::npos && why.find("Socket") != std::string::npos,
-      "last error does not name NCCL_NET=Bogus and the Socket engine: %s", why.c_str());
+  for (const std::string& w : want) {
+    EXPECT_TRUE(why.find(w) != std::string::npos, "last error does not name \"%s\": %s", w.c_str(),
+                why.c_str());
+  }
   EXPECT_TRUE(s < kInitLimitS, "failing init took %.2f s", s);
   if (comm != nullptr) EXPECT_OK(ncclCommAbort(comm));
 }
 
-// FERRY_NET_LINKS out of range: every rank's init fails at once with an
-// error naming the knob (none waits for the others in the bootstrap).
+// (c) NCCL_NET naming no engine fails init on every rank, promptly; the
+// error names it and the Socket engine.
+void caseBogus(Ctx& ctx) {
+  expectInitRefused(ctx, "NCCL_NET", "Bogus", {"NCCL_NET=Bogus", "Socket"});
+}
+
+// FERRY_NET_LINKS out of range.
 void caseBadLinks(Ctx& ctx) {
-  setenv("FERRY_NET_LINKS", "9", 1);
-  ncclComm_t comm = nullptr;
-  double s = 0;
-  ncclResult_t r = timedInit(ctx, &comm, &s);
-  const std::string why = ncclGetLastError(nullptr);
-  printf("rank %d: %s\n", ctx.env.rank, why.c_str());
-  EXPECT_TRUE(r == ncclInvalidArgument, "init returned %d (%s)", r, ncclGetErrorString(r));
-  EXPECT_TRUE(why.find("FERRY_NET_LINKS=9") != std::string::npos,
-              "last error does not name FERRY_NET_LINKS=9: %s", why.c_str());
-  EXPECT_TRUE(s < kInitLimitS, "failing init took %.2f s", s);
-  if (comm != nullptr) EXPECT_OK(ncclCommAbort(comm));
+  expectInitRefused(ctx, "FERRY_NET_LINKS", "9", {"FERRY_NET_LINKS=9"});
 }
 
 // Waits up to `seconds` for the communicator's async error to be set.
