@@ -589,14 +589,15 @@ for s in $stages; do
     # Where a small operation across two emulated hosts spends its time:
     # TRACE timelines of the proxy (chunk posted/done), the socket engine
     # (hand-off to helpers, helper done) for a few ops and sizes; logs
-    # under $out/netlat-*.log, one per process.
+    # under $out/netlat-*.log, one per process. NETLAT_LEVEL=INFO keeps only
+    # the socket helpers' statistics lines (written when a comm closes).
     stage netlat
     export NCCL_SOCKET_IFNAME=lo
     for oc in ${NETLAT_CASES:-sendrecv:4K alltoall:4K all_reduce:4K sendrecv:4M all_reduce:4M}; do
       IFS=: read -r op size <<<"$oc"
       # A file per process: through ferry-run's pipes the TRACE lines would
       # block their writers and distort the timeline.
-      NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=${NETLAT_SUBSYS:-NET} NCCL_DEBUG_FILE="$out/netlat-$op-$size.%p.log" \
+      NCCL_DEBUG=${NETLAT_LEVEL:-TRACE} NCCL_DEBUG_SUBSYS=${NETLAT_SUBSYS:-NET} NCCL_DEBUG_FILE="$out/netlat-$op-$size.%p.log" \
         timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 50 \
         $b/bench/ferry-bench $op -b $size -e $size -w 10 -n 20 --inplace no --lib $b/libnccl.so.2 >"$out/netlat-$op-$size.txt" 2>&1
       echo "$op $size: exit $? $(grep -E "^\[0\] +[0-9]+ +[0-9]+ +[a-z0-9]+ +" "$out/netlat-$op-$size.txt" | awk '{print $7 " us"}')"

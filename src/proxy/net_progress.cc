@@ -10,9 +10,10 @@
 namespace ferry {
 namespace {
 
-// Requests one connection keeps in flight at most, per link (the engine
-// may accept fewer: a null request means "not now").
-constexpr size_t kMaxInFlightPerLink = 8;
+// Requests one link keeps pending at most (the engine may accept fewer: a
+// null request means "not now"). Done requests waiting to retire behind a
+// slower link do not count.
+constexpr size_t kMaxPendingPerLink = 8;
 
 const char* direction(const ConnectionBase& c) {
   return c.isSend ? "send to" : "receive from";
@@ -67,6 +68,15 @@ void NetProgress::add(NetOp op) {
     conns_.push_back(std::make_unique<ConnState>());
     state = conns_.back().get();
     state->conn = op.conn;
+    // A connection's state lives while it has messages; a new one starts at
+    // the first chunk not yet handled (every earlier chunk retired), and
+    // link l's first chunk is the first one from there that it carries.
+    const uint64_t nLinks = op.conn->net.size();
+    state->base = op.firstChunk;
+    state->links.resize(nLinks);
+    for (uint64_t l = 0; l < nLinks; ++l) {
+      state->links[l].next = op.firstChunk + (l + nLinks - op.firstChunk % nLinks) % nLinks;
+    }
   }
   state->ops.push_back(op);
   // A connection that failed after the user's thread checked it: the op
@@ -75,56 +85,57 @@ void NetProgress::add(NetOp op) {
   if (failed != ncclSuccess) fail(*state, failed, true);
 }
 
-const NetOp& NetProgress::opOf(const ConnState& c, uint64_t chunk) {
-  for (const NetOp& op : c.ops) {
-    if (chunk < op.firstChunk + op.chunks()) return op;
+NetOp* NetProgress::opOf(ConnState& c, uint64_t chunk) {
+  for (NetOp& op : c.ops) {
+    if (chunk < op.firstChunk + op.chunks()) return &op;
   }
-  return c.ops.back();  // unreachable: a request's op leaves after it
+  return nullptr;
 }
 
-// Tests the oldest pending request of each link: links complete on their
-// own (and an engine may progress a comm only while it is tested), but a
-// comm completes its own requests in order, so the ones behind a pending
-// request of the same link wait for the next pass.
+// Tests each link's pending requests, oldest first, until one is not done:
+// a comm completes its requests in order, so the ones behind it wait for
+// the next pass (and an engine may progress a comm only while it is
+// tested). A link's pending requests are its last `pending` posted chunks.
 Status NetProgress::testLinks(ConnState& c, bool* moved) {
   const ConnectionBase& conn = *c.conn;
-  const size_t nLinks = conn.net.size();
-  const uint32_t all = (1u << nLinks) - 1;
-  uint32_t waiting = 0;  // links whose oldest pending request is not done
-  for (InFlight& f : c.requests) {
-    if (waiting == all) break;
-    const uint32_t bit = 1u << (f.chunk % nLinks);
-    if (f.done || (waiting & bit) != 0) continue;
-    NetLink& link = linkOf(conn, f.chunk);
-    int done = 0;
-    Status s = link.engine->test(f.request, &done, &f.size);
-    if (!ok(s)) {
-      const NetOp& op = opOf(c, f.chunk);
-      if (s == ncclInvalidUsage && !conn.isSend) {
-        // The engine's own truncation check: more bytes came than fit.
-        FERRY_FAIL(ncclInvalidUsage,
-                   "receive from peer %d of %llu bytes (message %llu) does not match the peer's "
-                   "send (a larger one: chunk %llu did not fit): sizes must be equal",
-                   conn.peer, static_cast<unsigned long long>(op.bytes),
-                   static_cast<unsigned long long>(op.seq),
-                   static_cast<unsigned long long>(f.chunk - op.firstChunk));
-      }
-      FERRY_WARN("NET/%s: %s peer %d failed (message %llu, chunk %llu): %s", link.engine->name(),
-                 direction(conn), conn.peer, static_cast<unsigned long long>(op.seq),
-                 static_cast<unsigned long long>(f.chunk - op.firstChunk), statusString(s));
-      return peerFailure(s);
+  const uint64_t nLinks = c.links.size();
+  for (LinkState& ls : c.links) {
+    while (ls.pending > 0) {
+      InFlight& f = c.requests[ls.next - ls.pending * nLinks - c.base];
+      NetLink& link = linkOf(conn, f.chunk);
+      int done = 0;
+      Status s = link.engine->test(f.request, &done, &f.size);
+      if (!ok(s)) return testFailed(c, f, s);
+      if (!done) break;
+      f.done = true;
+      --ls.pending;
+      *moved = true;
+      FERRY_TRACE(kLogNet | kLogProxy, "t=%lld us: %s peer %d: chunk %llu done (link %zu)",
+                  traceNowUs(), direction(conn), conn.peer,
+                  static_cast<unsigned long long>(f.chunk), static_cast<size_t>(f.chunk % nLinks));
     }
-    if (!done) {
-      waiting |= bit;
-      continue;
-    }
-    f.done = true;
-    *moved = true;
-    FERRY_TRACE(kLogNet | kLogProxy, "t=%lld us: %s peer %d: chunk %llu done (link %zu)",
-                traceNowUs(), direction(conn), conn.peer, static_cast<unsigned long long>(f.chunk),
-                static_cast<size_t>(f.chunk % nLinks));
   }
   return ncclSuccess;
+}
+
+// An engine's test of chunk f failed: the error, logged.
+Status NetProgress::testFailed(ConnState& c, const InFlight& f, Status s) {
+  const ConnectionBase& conn = *c.conn;
+  const NetOp& op = *opOf(c, f.chunk);  // posted, not retired: its op is still here
+  if (s == ncclInvalidUsage && !conn.isSend) {
+    // The engine's own truncation check: more bytes came than fit.
+    FERRY_FAIL(ncclInvalidUsage,
+               "receive from peer %d of %llu bytes (message %llu) does not match the peer's "
+               "send (a larger one: chunk %llu did not fit): sizes must be equal",
+               conn.peer, static_cast<unsigned long long>(op.bytes),
+               static_cast<unsigned long long>(op.seq),
+               static_cast<unsigned long long>(f.chunk - op.firstChunk));
+  }
+  FERRY_WARN("NET/%s: %s peer %d failed (message %llu, chunk %llu): %s",
+             linkOf(conn, f.chunk).engine->name(), direction(conn), conn.peer,
+             static_cast<unsigned long long>(op.seq),
+             static_cast<unsigned long long>(f.chunk - op.firstChunk), statusString(s));
+  return peerFailure(s);
 }
 
 // A done chunk at the front: its counters move and, with its message's
@@ -144,7 +155,6 @@ Status NetProgress::retire(ConnState& c, const InFlight& f) {
   if (c.conn->isSend) words.sent.store(op.seq + 1);
   finished_(op);
   c.ops.pop_front();
-  --c.posting;
   return ncclSuccess;
 }
 
@@ -155,55 +165,70 @@ Status NetProgress::testRequests(ConnState& c, bool* moved) {
   while (!c.requests.empty() && c.requests.front().done) {
     const InFlight f = c.requests.front();
     c.requests.pop_front();
+    ++c.base;
     FERRY_CHECK(retire(c, f));
   }
   return ncclSuccess;
 }
 
 Status NetProgress::postChunks(ConnState& c, bool* moved) {
+  for (size_t l = 0; l < c.links.size(); ++l) FERRY_CHECK(postLink(c, l, moved));
+  return ncclSuccess;
+}
+
+// Posts link l's chunks in its order while its window has room and their
+// messages allow: a send's chunk once staged, a receive's once its block
+// is free.
+Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
   NetWords& words = c.conn->netBuffers->words();
-  const size_t nLinks = c.conn->net.size();
-  while (c.posting < c.ops.size() && c.requests.size() < kMaxInFlightPerLink * nLinks) {
-    NetOp& op = c.ops[c.posting];
-    const uint64_t chunk = op.firstChunk + op.posted;
-    NetLink& link = linkOf(*c.conn, chunk);
-    void* mhandle = op.mhandles[chunk % nLinks];
+  LinkState& ls = c.links[l];
+  NetLink& link = *c.conn->net[l];
+  while (ls.pending < kMaxPendingPerLink) {
+    const uint64_t chunk = ls.next;
+    NetOp* op = opOf(c, chunk);
+    if (op == nullptr) return ncclSuccess;  // no posted message has it yet
+    const uint64_t k = chunk - op->firstChunk;
+    char* at = op->data + k * op->chunkBytes;
+    void* mhandle = op->mhandles[l];
     void* request = nullptr;
     Status s;
     if (c.conn->isSend) {
       // Acquire: pairs with the copy stream's write after the staging copy.
       if (words.filled.load() < chunk + 1) return ncclSuccess;
-      s = link.engine->isend(link.comm, op.data + op.posted * op.chunkBytes, op.wireSize(op.posted),
-                             0, mhandle, &request);
+      s = link.engine->isend(link.comm, at, op->wireSize(k), 0, mhandle, &request);
     } else {
       // Acquire: pairs with the copy stream's write of `drained` after its
       // copies out of this (reused) block; only then may chunks land in it.
-      if (op.posted == 0 && op.reuseAfter > words.drained.load()) return ncclSuccess;
-      void* at = op.data + op.posted * op.chunkBytes;
+      if (op->reuseAfter > words.drained.load()) return ncclSuccess;
       // Room for a full chunk and a trailer (inside the block): a send of
       // another size then lands whole, and checkArrival names the
       // difference; a chunk of the right size never touches its neighbour.
       size_t want =
-          std::min(op.chunkBytes + kNetTrailerBytes, op.blockBytes - op.posted * op.chunkBytes);
+          std::min(op->chunkBytes + kNetTrailerBytes, op->blockBytes - k * op->chunkBytes);
+      void* into = at;
       int tag = 0;
-      s = link.engine->irecv(link.comm, 1, &at, &want, &tag, &mhandle, &request);
+      s = link.engine->irecv(link.comm, 1, &into, &want, &tag, &mhandle, &request);
     }
     if (!ok(s)) {
       FERRY_WARN("NET/%s: %s peer %d: posting chunk %llu of message %llu failed: %s",
                  link.engine->name(), direction(*c.conn), c.conn->peer,
-                 static_cast<unsigned long long>(op.posted),
-                 static_cast<unsigned long long>(op.seq), statusString(s));
+                 static_cast<unsigned long long>(k), static_cast<unsigned long long>(op->seq),
+                 statusString(s));
       return peerFailure(s);
     }
     if (request == nullptr) return ncclSuccess;  // the engine says "not now"
-    c.requests.push_back(InFlight{request, chunk, false, 0});
+    // chunk >= base: every chunk below base was posted and retired. Slots
+    // between the highest posted chunk and this one belong to other links.
+    const uint64_t slot = chunk - c.base;
+    while (c.requests.size() <= slot) {
+      c.requests.push_back(InFlight{nullptr, c.base + c.requests.size(), false, 0});
+    }
+    c.requests[slot].request = request;
+    ++ls.pending;
+    ls.next += c.links.size();
     FERRY_TRACE(kLogNet | kLogProxy, "t=%lld us: %s peer %d: chunk %llu posted (message %llu)",
                 traceNowUs(), direction(*c.conn), c.conn->peer,
-                static_cast<unsigned long long>(chunk), static_cast<unsigned long long>(op.seq));
-    // `posting` moves past an op as soon as its last chunk is posted, so
-    // it always points at the op that posts next (testRequests keeps it so
-    // when it pops completed ops off the front).
-    if (++op.posted == op.chunks()) ++c.posting;
+                static_cast<unsigned long long>(chunk), static_cast<unsigned long long>(op->seq));
     *moved = true;
   }
   return ncclSuccess;
@@ -254,6 +279,7 @@ void NetProgress::fail(ConnState& c, Status s, bool warn) {
   // requests in flight die with the comms.
   for (auto& link : conn.net) link->closeComm();
   c.requests.clear();
+  for (LinkState& l : c.links) l.pending = 0;
   // Release stores: this rank's copy stream (arrived) and staging reuse
   // (sent) stop waiting; nothing else waits on these words.
   NetWords& words = conn.netBuffers->words();
@@ -271,7 +297,6 @@ void NetProgress::fail(ConnState& c, Status s, bool warn) {
     finished_(op);
   }
   c.ops.clear();
-  c.posting = 0;
 }
 
 void NetProgress::dropOwner(const void* owner) {

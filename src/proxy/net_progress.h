@@ -19,10 +19,15 @@
 // ranks) and chunk k travels on link k % L on both sides. Chunk numbers are
 // connection-wide, so each link carries a sub-sequence of chunks in the same
 // order at both ends, which is how the engine matches them (in order per
-// comm). Links complete independently: every pass tests the oldest pending
-// request of each link (a plugin may progress a comm only when it is
-// tested), and chunks are retired -- counters advanced, ops finished -- in
-// chunk order, so the counters stay monotonic.
+// comm). Links run independently: each posts its own chunks, in its own
+// order, with its own window of pending requests, and every pass tests the
+// oldest pending request of each link (a plugin may progress a comm only
+// when it is tested). A link that stalls therefore holds up only its own
+// chunks; the others run ahead within the posted messages (a shared window,
+// as before session 21, let one slow link stop them all, and the receiving
+// side's stop then stalled the sender's sockets too). Chunks are retired --
+// counters advanced, ops finished -- in chunk order, so the counters stay
+// monotonic.
 //
 // Failure (an engine error: the peer died or reset the connection; a size
 // mismatch; FERRY_P2P_TIMEOUT; abort): the connection fails for good, its
@@ -68,8 +73,7 @@ struct NetOp {
   uint64_t reuseAfter = 0;  // receive: land nothing before `drained` >= this (a reused block)
   int64_t postedNs = 0;
 
-  // Proxy state: chunks handed to the engine, and completed.
-  uint64_t posted = 0;
+  // Proxy state: chunks completed (retired in order).
   uint64_t done = 0;
 
   uint64_t chunks() const { return netChunks(bytes, chunkBytes); }
@@ -102,19 +106,29 @@ class NetProgress {
     bool done = false;   // the engine reported it (never test it again)
     size_t size = 0;     // what arrived (receives), once done
   };
+  struct LinkState {
+    uint64_t next = 0;   // connection-wide chunk this link posts next
+    size_t pending = 0;  // its requests posted and not yet done
+  };
   struct ConnState {
     ConnectionBase* conn = nullptr;
     std::deque<NetOp> ops;  // in message order; ops.front() completes next
+    // One slot per chunk from `base` (the oldest not retired) up to the
+    // highest posted one; links post out of chunk order, retirement is in it.
     std::deque<InFlight> requests;
-    size_t posting = 0;  // index in ops of the message whose chunks go next
+    uint64_t base = 0;
+    std::vector<LinkState> links;
   };
 
   [[nodiscard]] Status testRequests(ConnState& c, bool* moved);
   [[nodiscard]] Status testLinks(ConnState& c, bool* moved);
+  [[nodiscard]] Status testFailed(ConnState& c, const InFlight& f, Status s);
   [[nodiscard]] Status retire(ConnState& c, const InFlight& f);
-  // The op that connection-wide chunk `chunk` (posted, so in c.ops) belongs to.
-  static const NetOp& opOf(const ConnState& c, uint64_t chunk);
+  // The op that connection-wide chunk `chunk` belongs to; null when no
+  // posted message has it yet.
+  static NetOp* opOf(ConnState& c, uint64_t chunk);
   [[nodiscard]] Status postChunks(ConnState& c, bool* moved);
+  [[nodiscard]] Status postLink(ConnState& c, size_t l, bool* moved);
   [[nodiscard]] Status checkTimeout(const ConnState& c, int64_t nowNs);
   void fail(ConnState& c, Status s, bool warn);
 
