@@ -535,7 +535,7 @@ for s in $stages; do
     done
     timeout 240 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 230 $b/bench/ferry-bench \
       sendrecv,alltoall -b ${NET_MIN:-8} -e ${NET_MAX:-1G} -f ${NET_F:-8} -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no \
-      --lib $b/libnccl.so.2 --compare "$nccl" >"$out/netone-bench.txt" 2>&1
+      --lib $b/libnccl.so.2 --compare "$nccl" --rounds ${NET_ROUNDS:-1} >"$out/netone-bench.txt" 2>&1
     echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
     grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
     timeout 60 python3 "$src/scripts/tcp_probe.py" 1 4 2>&1 | tee "$out/netone-tcp.txt"
@@ -618,7 +618,7 @@ for s in $stages; do
     timeout 280 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 270 $b/bench/ferry-bench \
       ${COLLNET_OPS:-all_reduce,all_gather,reduce_scatter,broadcast} -b ${COLLNET_MIN:-${NET_MIN:-1M}} -e ${NET_MAX:-256M} \
       -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
-      >"$out/collnet-bench.txt" 2>&1
+      --rounds ${NET_ROUNDS:-1} >"$out/collnet-bench.txt" 2>&1
     echo "collnet bench exit $?"; grep -v "^\[1\]" "$out/collnet-bench.txt" | grep -v INFO | tail -40
     ;;
   kernelnet)

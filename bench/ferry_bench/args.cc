@@ -86,6 +86,8 @@ bool applyValue(std::string_view name, std::string_view value, Options* o, bool*
     o->jsonOut = value;
   else if (name == "--gemm-size")
     ok = parseSize(value, &o->gemmSize) && o->gemmSize >= 16;
+  else if (name == "--rounds")
+    ok = parseNumber(value, &o->rounds) && o->rounds >= 1 && o->rounds <= 99;
   else if (name == "--seed")
     ok = o->seedSet = parseNumber(value, &o->seed);
   else
@@ -106,6 +108,8 @@ bool validate(Options* o, std::string* error) {
     *error = "-f must be >= 2 when -b < -e";
   else if (!o->compare.empty() && !o->jsonOut.empty())
     *error = "--compare and --json-out exclude each other";
+  else if (o->rounds > 1 && o->compare.empty())
+    *error = "--rounds needs --compare";
   else
     return true;
   return false;
@@ -254,6 +258,8 @@ const char* usageText() {
          "  --inplace M       only|no|both (default both)\n"
          "  --lib PATH        libnccl.so.2 to load (default: the loader's libnccl.so.2)\n"
          "  --compare PATH    also run PATH, print both and their ratios\n"
+         "  --rounds R        with --compare: run both R times in turn (A B A B ...), report\n"
+         "                    each row's median round (default 1)\n"
          "  --json FILE       machine-readable results (rank 0)\n"
          "  --overlap         measure against a concurrent cuBLAS bf16 GEMM (CUDA only)\n"
          "  --gemm-size N     GEMM M=N=K (default 8192)\n"

@@ -4,7 +4,7 @@
 //   ferry-bench <op>[,<op>...|all] [-b MIN] [-e MAX] [-f FACTOR] [-d TYPE] [-o REDOP]
 //               [-r ROOT] [-w WARMUP] [-n ITERS] [-g GPUS] [-c 0|1] [--inplace only|no|both]
 //               [--lib PATH] [--compare PATH] [--json FILE] [--overlap] [--gemm-size N]
-//               [--seed N] [--window]
+//               [--seed N] [--window] [--rounds R]
 #pragma once
 
 #include <cstddef>
@@ -35,6 +35,11 @@ struct Options {
   InPlaceMode inPlace = InPlaceMode::Both;
   std::string lib;      // empty: "libnccl.so.2" from the loader's search path
   std::string compare;  // second library, run side by side
+  // --compare: run the two libraries this many times in turn (A B A B ...)
+  // and report each row's median round; a slow phase of the machine (a
+  // fresh device machine's network path ran 2-4x slower for minutes) then
+  // weighs on both libraries alike.
+  int rounds = 1;
   std::string json;     // --json: results for people and scripts
   std::string jsonOut;  // --json-out: a child's results for its parent (internal)
   bool overlap = false;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "ferry_bench/rendezvous.h"
 #include "ferry_bench/report.h"
@@ -120,6 +121,7 @@ bool runOne(const Options& options, const LaunchEnv& env, Rendezvous& rv, const 
   Options child = options;
   child.compare.clear();
   child.json.clear();
+  child.rounds = 1;
   child.lib = lib;
   child.jsonOut = out.path();
   child.seed = seed;
@@ -152,15 +154,36 @@ int runCompare(const Options& options, const LaunchEnv& env, uint64_t seed) {
             env.world, error.empty() ? "" : ": ", error.c_str());
     return kExitSetup;
   }
+  // Rounds alternate the libraries (A B A B ...); both runs of a round use
+  // the same data seed, each round a new one.
+  std::vector<RunResult> rounds[2];
+  uint64_t worst = 0;
+  for (int round = 0; round < options.rounds; ++round) {
+    for (int k = 0; k < 2; ++k) {
+      RunResult result;
+      bool have = false;
+      uint64_t code = 0;
+      if (!runOne(options, env, rv, libs[k], seed + static_cast<uint64_t>(round), &result, &have,
+                  &code)) {
+        return kExitSetup;
+      }
+      if (have) rounds[k].push_back(std::move(result));
+      worst = std::max(worst, code);
+    }
+  }
   RunResult results[2];
   bool have[2] = {false, false};
-  uint64_t worst = 0;
   for (int k = 0; k < 2; ++k) {
-    uint64_t code = 0;
-    if (!runOne(options, env, rv, libs[k], seed, &results[k], &have[k], &code)) return kExitSetup;
-    worst = std::max(worst, code);
+    have[k] = !rounds[k].empty();
+    if (have[k]) results[k] = medianOfRounds(rounds[k]);
   }
   if (env.rank == 0) {
+    if (options.rounds > 1) {
+      printf(
+          "# %d rounds, the libraries in turn; each row is its median round (A: %zu rounds "
+          "with results, B: %zu)\n",
+          options.rounds, rounds[0].size(), rounds[1].size());
+    }
     for (int k = 0; k < 2; ++k) {
       if (have[k])
         printRun(stdout, results[k], options.overlap);

@@ -1,5 +1,6 @@
 #include "ferry_bench/results.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -113,6 +114,72 @@ bool parseResult(const std::string& text, RunResult* result, std::string* error)
   }
   *result = r;
   return true;
+}
+
+namespace {
+
+// The measure of median time among those that ran, wrong = the worst.
+Measure medianMeasure(std::vector<const Measure*> ms) {
+  std::sort(ms.begin(), ms.end(),
+            [](const Measure* a, const Measure* b) { return a->timeUs < b->timeUs; });
+  Measure m = *ms[(ms.size() - 1) / 2];
+  for (const Measure* x : ms) m.wrong = std::max(m.wrong, x->wrong);
+  return m;
+}
+
+double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+
+const SizeRow* findRow(const RunResult& r, size_t op, OpKind kind, size_t bytes) {
+  if (op >= r.ops.size() || r.ops[op].kind != kind) return nullptr;
+  for (const SizeRow& row : r.ops[op].rows) {
+    if (row.bytes == bytes) return &row;
+  }
+  return nullptr;
+}
+
+void mergeRow(const std::vector<RunResult>& runs, size_t op, OpKind kind, SizeRow* row) {
+  std::vector<const Measure*> oop, ip;
+  std::vector<double> alone, under, busBw;
+  for (const RunResult& r : runs) {
+    const SizeRow* x = findRow(r, op, kind, row->bytes);
+    if (x == nullptr) continue;
+    if (x->oop.ran) oop.push_back(&x->oop);
+    if (x->ip.ran) ip.push_back(&x->ip);
+    if (x->overlap.ran) {
+      alone.push_back(x->overlap.gemmTflopsAlone);
+      under.push_back(x->overlap.gemmTflopsUnder);
+      busBw.push_back(x->overlap.busBwUnderGemm);
+    }
+  }
+  if (!oop.empty()) row->oop = medianMeasure(oop);
+  if (!ip.empty()) row->ip = medianMeasure(ip);
+  if (!alone.empty()) {
+    row->overlap.gemmTflopsAlone = medianOf(alone);
+    row->overlap.gemmTflopsUnder = medianOf(under);
+    row->overlap.busBwUnderGemm = medianOf(busBw);
+  }
+}
+
+}  // namespace
+
+RunResult medianOfRounds(const std::vector<RunResult>& runs) {
+  if (runs.empty()) return RunResult{};
+  RunResult out = runs[0];
+  for (const RunResult& r : runs) out.wrongTotal = std::max(out.wrongTotal, r.wrongTotal);
+  for (size_t i = 0; i < out.ops.size(); ++i) {
+    OpResult& op = out.ops[i];
+    for (const RunResult& r : runs) {
+      if (i < r.ops.size() && r.ops[i].kind == op.kind && r.ops[i].failed && !op.failed) {
+        op.failed = true;
+        op.error = r.ops[i].error;
+      }
+    }
+    for (SizeRow& row : op.rows) mergeRow(runs, i, op.kind, &row);
+  }
+  return out;
 }
 
 }  // namespace ferry::bench

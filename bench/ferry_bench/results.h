@@ -59,4 +59,12 @@ struct RunResult {
 std::string serializeResult(const RunResult& result);
 bool parseResult(const std::string& text, RunResult* result, std::string* error);
 
+// Several runs of one library with the same options (--rounds) as one:
+// per row (matched by op and size) and placement, the round with the
+// median time (the lower middle of an even count), its time and bandwidths
+// together; overlap fields are medians of their own. Wrong counts are the
+// worst of any round, and an op any round failed stays failed. The first
+// run gives the shape; a round without some row is left out of its median.
+RunResult medianOfRounds(const std::vector<RunResult>& runs);
+
 }  // namespace ferry::bench

@@ -36,6 +36,12 @@ ferry_bench_test(bench.compare.ferry.n2 0 "# comparison: A = " "FAILED|wrong ele
   $<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 50
   $<TARGET_FILE:ferry-bench> all_reduce,sendrecv -b 64 -e 4K -f 8 -w 1 -n 2
   --lib $<TARGET_FILE:nccl> --compare $<TARGET_FILE:ferry>)
+# --rounds: the libraries in turn, three times each, rows their median round.
+ferry_bench_test(bench.compare.rounds.n2 0 "# 3 rounds, the libraries in turn.*A: 3 rounds with results, B: 3"
+  "FAILED|wrong elements"
+  $<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 50
+  $<TARGET_FILE:ferry-bench> sendrecv -b 64 -e 4K -f 8 -w 1 -n 2 --rounds 3
+  --lib $<TARGET_FILE:nccl> --compare $<TARGET_FILE:ferry>)
 
 # 2. A test double of libnccl (one process, -g N emulated devices, ops run at
 #    ncclGroupEnd) that really moves and reduces data, so the tool's layouts,
