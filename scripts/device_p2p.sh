@@ -6,7 +6,7 @@
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
-#           hoststage netnsys
+#           hoststage netnsys netwarm
 #           wincoll
 set -uo pipefail
 src=$1
@@ -539,6 +539,19 @@ for s in $stages; do
     echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
     grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
     timeout 60 python3 "$src/scripts/tcp_probe.py" 1 4 2>&1 | tee "$out/netone-tcp.txt"
+    ;;
+  netwarm)
+    # A fresh device machine's network path ran 2-4x slower for its first
+    # minutes (session 21: the same setting gave 1.4 then 4.2 GB/s in one
+    # call). Traffic across two emulated hosts for NETWARM_S seconds
+    # (default 60), not recorded, before the stages that measure.
+    stage netwarm
+    export NCCL_SOCKET_IFNAME=lo
+    end=$(($(date +%s) + ${NETWARM_S:-60}))
+    while [ "$(date +%s)" -lt "$end" ]; do
+      timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 55 $b/bench/ferry-bench \
+        sendrecv,alltoall -b 4M -e 64M -f 4 -w 2 -n 10 --inplace no -c 0 --lib $b/libnccl.so.2 >/dev/null 2>&1
+    done
     ;;
   netoverlap)
     # Issue 17: a GEMM's slowdown beside point-to-point traffic that crosses

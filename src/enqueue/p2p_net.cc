@@ -80,6 +80,7 @@ Status P2pEngine::stageNetSend(const P2pTask& t, NetOp& op) {
 // Copies the message out of its staging block a group of chunks at a time,
 // each group once it has arrived; then `drained` frees the block.
 Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
+  if (op.ringSlots != 0) return drainNetRing(t, op);
   rt::Stream& c = *op.conn->stream;
   NetWords& words = op.conn->netBuffers->words();
   const uint64_t n = op.chunks();
@@ -99,8 +100,45 @@ Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
   return c.writeValue64(words.drained.raw(), op.seq + 1);
 }
 
+// Ring mode: groups of 1, 2, 4, ... chunks up to an eighth of the message
+// (at most half the ring), each copied out of its slots once arrived --
+// whole chunks by one 2D copy per run of consecutive slots (slots are
+// slotStride apart), a short last chunk by itself -- and then released to
+// the proxy through `drainedChunks`.
+Status P2pEngine::drainNetRing(const P2pTask& t, NetOp& op) {
+  rt::Stream& c = *op.conn->stream;
+  NetWords& words = op.conn->netBuffers->words();
+  const uint64_t n = op.chunks();
+  const uint64_t maxGroup = std::max<uint64_t>(std::min((n + 7) / 8, op.ringSlots / 2), 1);
+  // Chunks below `whole` are full ones.
+  const uint64_t whole = op.chunkSize(n - 1) == netChunk_ ? n : n - 1;
+  char* dst = static_cast<char*>(t.buffer);
+  uint64_t group = 1;
+  for (uint64_t k = 0; k < n; k += group, group = std::min(group * 2, maxGroup)) {
+    const uint64_t end = std::min(n, k + group);
+    // Acquire (the wait): the proxy's release store of `arrived` follows
+    // the chunks' bytes in their slots.
+    FERRY_CHECK(userWaitAt(c, words.arrived.raw(), op.firstChunk + end));
+    for (uint64_t i = k; i < std::min(end, whole);) {
+      const uint64_t slot = (op.firstChunk + i) % op.ringSlots;
+      const uint64_t run = std::min(std::min(end, whole) - i, op.ringSlots - slot);
+      FERRY_CHECK(c.copy2DAsync(dst + i * netChunk_, netChunk_, op.chunkData(i), op.slotStride,
+                                netChunk_, run));
+      i += run;
+    }
+    if (end > whole && op.chunkSize(whole) > 0) {
+      FERRY_CHECK(c.copyAsync(dst + whole * netChunk_, op.chunkData(whole), op.chunkSize(whole)));
+    }
+    // Stream write: ordered after the group's copies; the proxy (acquire)
+    // lands later chunks in these slots only after it.
+    FERRY_CHECK(c.writeValue64(words.drainedChunks.raw(), op.firstChunk + end));
+  }
+  return ncclSuccess;
+}
+
 // Phase 1, no side effect but memory: the message's staging block.
-Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq, NetOp* op) {
+Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq,
+                             uint64_t firstChunk, NetOp* op) {
   Status failed = conn->failed.load();
   if (failed != ncclSuccess) {
     FERRY_FAIL(failed, "%s peer %d (another host): the connection failed earlier: %s",
@@ -116,6 +154,12 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   wait.posted = conn->nextSeq;  // this launch's messages are not the proxy's yet
   wait.ns = stagingWaitNs_;     // FERRY_NET_STAGING_WAIT_US
   wait.abort = abortFlag_;
+  if (!t.isSend && recvRing_) {
+    FERRY_CHECK(conn->netBuffers->takeRing(firstChunk, op->chunks(), netChunk_, &op->data,
+                                           &op->mhandles, &op->ringSlots, &op->slotStride));
+    op->blockBytes = op->ringSlots * op->slotStride;
+    return ncclSuccess;
+  }
   FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, wait, &op->data,
                                      &op->mhandles, &op->blockBytes, &op->reuseAfter));
   if (!t.isSend) return ncclSuccess;
@@ -130,17 +174,19 @@ Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
   std::vector<void*> handles;
   Streams streams;
   std::vector<NetTask> net(tasks.size());
-  // Messages of this launch per connection so far: each one's number is
-  // the connection's next plus that count.
-  std::unordered_map<const ConnectionBase*, uint64_t> earlier;
+  // Messages (and chunks) of this launch per connection so far: each one's
+  // number is the connection's next plus that count.
+  std::unordered_map<const ConnectionBase*, uint64_t> earlier, earlierChunks;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const P2pTask& t = tasks[i];
     net[i].task = i;
     net[i].conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
                            : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
     const uint64_t seq = net[i].conn->nextSeq + earlier[net[i].conn]++;
+    uint64_t& chunksBefore = earlierChunks[net[i].conn];
     FERRY_CHECK(streamFor(t.stream, handles, streams, &net[i].stream));
-    FERRY_CHECK(prepareNet(t, net[i].conn, seq, &net[i].op));
+    FERRY_CHECK(prepareNet(t, net[i].conn, seq, net[i].conn->nextChunk + chunksBefore, &net[i].op));
+    chunksBefore += net[i].op.chunks();
     net[i].op.seq = seq;
   }
   // Committed only now: nothing below fails without failing the connection.
