@@ -22,7 +22,11 @@
 //     until `arrived` covers the group (the proxy writes it from the CPU as
 //     chunks land) and copies the group into the user's buffer; after the
 //     last, it writes `drained`; the user's stream waits for the last copy
-//     (event).
+//     (event). With FERRY_NET_RECV_RING=1 the chunks land in the
+//     connection's ring of slots instead (chunk k in slot k % R,
+//     net_buffers.h), each group is copied out with 2D copies, and the
+//     copy stream writes `drainedChunks` after each group: the proxy lands
+//     a chunk only once its slot's previous chunk was copied out.
 // Chunk size (FERRY_NET_CHUNK_BYTES) is an agreed knob: both sides cut a
 // message the same way. Sizes are checked by the receiving proxy (the last
 // chunk's trailer).
