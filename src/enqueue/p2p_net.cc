@@ -123,9 +123,10 @@ Status P2pEngine::drainNetRing(const P2pTask& t, NetOp& op) {
     // Acquire (the wait): the proxy's release store of `arrived` follows
     // the chunks' bytes in their slots.
     FERRY_CHECK(userWaitAt(c, words.arrived.raw(), op.firstChunk + end));
-    for (uint64_t i = k; i < std::min(end, whole);) {
+    const uint64_t wholeEnd = std::min(end, whole);
+    for (uint64_t i = k; i < wholeEnd;) {
       const uint64_t slot = (op.firstChunk + i) % op.ringSlots;
-      const uint64_t run = std::min(std::min(end, whole) - i, op.ringSlots - slot);
+      const uint64_t run = std::min(wholeEnd - i, op.ringSlots - slot);
       FERRY_CHECK(c.copy2DAsync(dst + i * netChunk_, netChunk_, op.chunkData(i), op.slotStride,
                                 netChunk_, run));
       i += run;
@@ -150,20 +151,22 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   }
   op->owner = this;
   op->conn = conn;
+  op->seq = seq;
+  op->firstChunk = firstChunk;
   op->bytes = t.bytes;
   op->chunkBytes = netChunk_;
   op->asyncError = asyncError_;
   op->timeoutNs = opTimeoutNs_;
-  NetBuffers::SendWait wait;
-  wait.posted = conn->nextSeq;  // this launch's messages are not the proxy's yet
-  wait.ns = stagingWaitNs_;     // FERRY_NET_STAGING_WAIT_US
-  wait.abort = abortFlag_;
   if (!t.isSend && recvRing_) {
     FERRY_CHECK(conn->netBuffers->takeRing(firstChunk, op->chunks(), netChunk_, &op->data,
                                            &op->mhandles, &op->ringSlots, &op->slotStride));
     op->blockBytes = op->ringSlots * op->slotStride;
     return ncclSuccess;
   }
+  NetBuffers::SendWait wait;
+  wait.posted = conn->nextSeq;  // this launch's messages are not the proxy's yet
+  wait.ns = stagingWaitNs_;     // FERRY_NET_STAGING_WAIT_US
+  wait.abort = abortFlag_;
   FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, wait, &op->data,
                                      &op->mhandles, &op->blockBytes, &op->reuseAfter));
   if (!t.isSend) return ncclSuccess;
@@ -178,25 +181,29 @@ Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
   std::vector<void*> handles;
   Streams streams;
   std::vector<NetTask> net(tasks.size());
-  // Messages (and chunks) of this launch per connection so far: each one's
-  // number is the connection's next plus that count.
-  std::unordered_map<const ConnectionBase*, uint64_t> earlier, earlierChunks;
+  // Messages and chunks of this launch per connection so far: a message's
+  // number (its first chunk's) is the connection's next plus that count.
+  struct Earlier {
+    uint64_t messages = 0;
+    uint64_t chunks = 0;
+  };
+  std::unordered_map<const ConnectionBase*, Earlier> earlier;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const P2pTask& t = tasks[i];
-    net[i].task = i;
-    net[i].conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
-                           : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
-    const uint64_t seq = net[i].conn->nextSeq + earlier[net[i].conn]++;
-    uint64_t& chunksBefore = earlierChunks[net[i].conn];
-    FERRY_CHECK(streamFor(t.stream, handles, streams, &net[i].stream));
-    FERRY_CHECK(prepareNet(t, net[i].conn, seq, net[i].conn->nextChunk + chunksBefore, &net[i].op));
-    chunksBefore += net[i].op.chunks();
-    net[i].op.seq = seq;
+    NetTask& n = net[i];
+    n.task = i;
+    n.conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
+                      : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
+    Earlier& e = earlier[n.conn];
+    FERRY_CHECK(streamFor(t.stream, handles, streams, &n.stream));
+    FERRY_CHECK(
+        prepareNet(t, n.conn, n.conn->nextSeq + e.messages, n.conn->nextChunk + e.chunks, &n.op));
+    ++e.messages;
+    e.chunks += n.op.chunks();
   }
   // Committed only now: nothing below fails without failing the connection.
-  for (NetTask& n : net) {
+  for (const NetTask& n : net) {
     ++n.conn->nextSeq;
-    n.op.firstChunk = n.conn->nextChunk;
     n.conn->nextChunk += n.op.chunks();
   }
   // The proxy gets the messages before their stream work exists: it only

@@ -99,10 +99,11 @@ NetOp* NetProgress::opOf(ConnState& c, uint64_t chunk) {
 Status NetProgress::testLinks(ConnState& c, bool* moved) {
   const ConnectionBase& conn = *c.conn;
   const uint64_t nLinks = c.links.size();
-  for (LinkState& ls : c.links) {
+  for (size_t l = 0; l < nLinks; ++l) {
+    LinkState& ls = c.links[l];
+    NetLink& link = *conn.net[l];
     while (ls.pending > 0) {
       InFlight& f = c.requests[ls.next - ls.pending * nLinks - c.base];
-      NetLink& link = linkOf(conn, f.chunk);
       int done = 0;
       Status s = link.engine->test(f.request, &done, &f.size);
       if (!ok(s)) return testFailed(c, f, s);
@@ -112,7 +113,7 @@ Status NetProgress::testLinks(ConnState& c, bool* moved) {
       *moved = true;
       FERRY_TRACE(kLogNet | kLogProxy, "t=%lld us: %s peer %d: chunk %llu done (link %zu)",
                   traceNowUs(), direction(conn), conn.peer,
-                  static_cast<unsigned long long>(f.chunk), static_cast<size_t>(f.chunk % nLinks));
+                  static_cast<unsigned long long>(f.chunk), l);
     }
   }
   return ncclSuccess;
