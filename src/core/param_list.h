@@ -37,10 +37,6 @@
     "Point-to-point across hosts: a send whose connection already holds 4 staging blocks of its " \
     "size, all busy, waits up to this long for one to free before pinning another (0: never "     \
     "wait).")                                                                                     \
-  X(NetRecvRing, "FERRY_NET_RECV_RING", Int, "0",                                                 \
-    "Point-to-point across hosts: 1 lands received chunks in a ring of staging slots per "         \
-    "connection (reused at once, so the network writes memory still in the CPU caches) instead " \
-    "of a staging block per message; 0: blocks.")                                                \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
     "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
     "them without sleeping, yielding the CPU between passes, until this many us pass with "     \

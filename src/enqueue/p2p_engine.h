@@ -140,7 +140,6 @@ class P2pEngine {
                                  Streams& streams);
   [[nodiscard]] Status stageNetSend(const P2pTask& t, NetOp& op);
   [[nodiscard]] Status drainNetRecv(const P2pTask& t, NetOp& op);
-  [[nodiscard]] Status drainNetRing(const P2pTask& t, NetOp& op);
   void failNetConnection(ConnectionBase& conn, Status s);
   [[nodiscard]] Status userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value);
   [[nodiscard]] static Status netChunkBytes(const Params& params, uint64_t* chunk);
@@ -198,7 +197,6 @@ class P2pEngine {
   std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
   int64_t stagingWaitNs_ = 0;                // FERRY_NET_STAGING_WAIT_US
-  bool recvRing_ = false;                    // FERRY_NET_RECV_RING
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections
   bool shutDown_ = false;

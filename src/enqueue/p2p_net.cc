@@ -22,11 +22,7 @@
 //     until `arrived` covers the group (the proxy writes it from the CPU as
 //     chunks land) and copies the group into the user's buffer; after the
 //     last, it writes `drained`; the user's stream waits for the last copy
-//     (event). With FERRY_NET_RECV_RING=1 the chunks land in the
-//     connection's ring of slots instead (chunk k in slot k % R,
-//     net_buffers.h), each group is copied out with 2D copies, and the
-//     copy stream writes `drainedChunks` after each group: the proxy lands
-//     a chunk only once its slot's previous chunk was copied out.
+//     (event).
 // Chunk size (FERRY_NET_CHUNK_BYTES) is an agreed knob: both sides cut a
 // message the same way. Sizes are checked by the receiving proxy (the last
 // chunk's trailer).
@@ -84,7 +80,6 @@ Status P2pEngine::stageNetSend(const P2pTask& t, NetOp& op) {
 // Copies the message out of its staging block a group of chunks at a time,
 // each group once it has arrived; then `drained` frees the block.
 Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
-  if (op.ringSlots != 0) return drainNetRing(t, op);
   rt::Stream& c = *op.conn->stream;
   NetWords& words = op.conn->netBuffers->words();
   const uint64_t n = op.chunks();
@@ -104,43 +99,6 @@ Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
   return c.writeValue64(words.drained.raw(), op.seq + 1);
 }
 
-// Ring mode: groups of 1, 2, 4, ... chunks up to an eighth of the message
-// (at most half the ring), each copied out of its slots once arrived --
-// whole chunks by one 2D copy per run of consecutive slots (slots are
-// slotStride apart), a short last chunk by itself -- and then released to
-// the proxy through `drainedChunks`.
-Status P2pEngine::drainNetRing(const P2pTask& t, NetOp& op) {
-  rt::Stream& c = *op.conn->stream;
-  NetWords& words = op.conn->netBuffers->words();
-  const uint64_t n = op.chunks();
-  const uint64_t maxGroup = std::max<uint64_t>(std::min((n + 7) / 8, op.ringSlots / 2), 1);
-  // Chunks below `whole` are full ones.
-  const uint64_t whole = op.chunkSize(n - 1) == netChunk_ ? n : n - 1;
-  char* dst = static_cast<char*>(t.buffer);
-  uint64_t group = 1;
-  for (uint64_t k = 0; k < n; k += group, group = std::min(group * 2, maxGroup)) {
-    const uint64_t end = std::min(n, k + group);
-    // Acquire (the wait): the proxy's release store of `arrived` follows
-    // the chunks' bytes in their slots.
-    FERRY_CHECK(userWaitAt(c, words.arrived.raw(), op.firstChunk + end));
-    const uint64_t wholeEnd = std::min(end, whole);
-    for (uint64_t i = k; i < wholeEnd;) {
-      const uint64_t slot = (op.firstChunk + i) % op.ringSlots;
-      const uint64_t run = std::min(wholeEnd - i, op.ringSlots - slot);
-      FERRY_CHECK(c.copy2DAsync(dst + i * netChunk_, netChunk_, op.chunkData(i), op.slotStride,
-                                netChunk_, run));
-      i += run;
-    }
-    if (end > whole && op.chunkSize(whole) > 0) {
-      FERRY_CHECK(c.copyAsync(dst + whole * netChunk_, op.chunkData(whole), op.chunkSize(whole)));
-    }
-    // Stream write: ordered after the group's copies; the proxy (acquire)
-    // lands later chunks in these slots only after it.
-    FERRY_CHECK(c.writeValue64(words.drainedChunks.raw(), op.firstChunk + end));
-  }
-  return ncclSuccess;
-}
-
 // Phase 1, no side effect but memory: the message's staging block.
 Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq,
                              uint64_t firstChunk, NetOp* op) {
@@ -157,12 +115,6 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   op->chunkBytes = netChunk_;
   op->asyncError = asyncError_;
   op->timeoutNs = opTimeoutNs_;
-  if (!t.isSend && recvRing_) {
-    FERRY_CHECK(conn->netBuffers->takeRing(firstChunk, op->chunks(), netChunk_, &op->data,
-                                           &op->mhandles, &op->ringSlots, &op->slotStride));
-    op->blockBytes = op->ringSlots * op->slotStride;
-    return ncclSuccess;
-  }
   NetBuffers::SendWait wait;
   wait.posted = conn->nextSeq;  // this launch's messages are not the proxy's yet
   wait.ns = stagingWaitNs_;     // FERRY_NET_STAGING_WAIT_US

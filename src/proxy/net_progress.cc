@@ -40,7 +40,7 @@ Status checkArrival(const ConnectionBase& conn, const NetOp& op, uint64_t chunk,
   bool match = size == op.wireSize(k);
   if (match && op.last(k)) {
     uint64_t trailer = 0;
-    memcpy(&trailer, op.chunkData(k) + op.chunkSize(k), sizeof(trailer));
+    memcpy(&trailer, op.data + k * op.chunkBytes + op.chunkSize(k), sizeof(trailer));
     sentBytes = trailer ^ kNetTrailerMagic;
     match = sentBytes == op.bytes;
   }
@@ -189,7 +189,7 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
     NetOp* op = opOf(c, chunk);
     if (op == nullptr) return ncclSuccess;  // no posted message has it yet
     const uint64_t k = chunk - op->firstChunk;
-    char* at = op->chunkData(k);
+    char* at = op->data + k * op->chunkBytes;
     void* mhandle = op->mhandles[l];
     void* request = nullptr;
     Status s;
@@ -199,19 +199,13 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
       s = link.engine->isend(link.comm, at, op->wireSize(k), 0, mhandle, &request);
     } else {
       // Acquire: pairs with the copy stream's write of `drained` after its
-      // copies out of this (reused) block, or of `drainedChunks` after its
-      // copy out of the ring slot's previous chunk; only then may the
-      // chunk land there.
-      if (op->ringSlots == 0 ? op->reuseAfter > words.drained.load()
-                             : chunk >= words.drainedChunks.load() + op->ringSlots) {
-        return ncclSuccess;
-      }
-      // Room for a full chunk and a trailer (inside the block or the slot):
-      // a send of another size then lands whole, and checkArrival names the
+      // copies out of this (reused) block; only then may chunks land in it.
+      if (op->reuseAfter > words.drained.load()) return ncclSuccess;
+      // Room for a full chunk and a trailer (inside the block): a send of
+      // another size then lands whole, and checkArrival names the
       // difference; a chunk of the right size never touches its neighbour.
-      size_t want = op->ringSlots != 0 ? op->chunkBytes + kNetTrailerBytes
-                                       : std::min(op->chunkBytes + kNetTrailerBytes,
-                                                  op->blockBytes - k * op->chunkBytes);
+      size_t want =
+          std::min(op->chunkBytes + kNetTrailerBytes, op->blockBytes - k * op->chunkBytes);
       void* into = at;
       int tag = 0;
       s = link.engine->irecv(link.comm, 1, &into, &want, &tag, &mhandle, &request);

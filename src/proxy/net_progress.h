@@ -71,10 +71,6 @@ struct NetOp {
   std::atomic<Status>* asyncError = nullptr;  // the communicator's
   int64_t timeoutNs = 0;                      // FERRY_P2P_TIMEOUT; 0: none
   uint64_t reuseAfter = 0;  // receive: land nothing before `drained` >= this (a reused block)
-  // Receive in ring mode (FERRY_NET_RECV_RING): `data` is the connection's
-  // ring of ringSlots slots, slotStride bytes apart; 0: a block per message.
-  uint64_t ringSlots = 0;
-  uint64_t slotStride = 0;
   int64_t postedNs = 0;
 
   // Proxy state: chunks completed (retired in order).
@@ -85,12 +81,6 @@ struct NetOp {
   // Bytes of the message in chunk k, and what travels (the trailer too).
   uint64_t chunkSize(uint64_t k) const { return last(k) ? bytes - k * chunkBytes : chunkBytes; }
   uint64_t wireSize(uint64_t k) const { return chunkSize(k) + (last(k) ? kNetTrailerBytes : 0); }
-  // Where chunk k travels from (send) or lands (receive): at k x chunk in
-  // the message's block, or in its ring slot.
-  char* chunkData(uint64_t k) const {
-    return ringSlots == 0 ? data + k * chunkBytes
-                          : data + (firstChunk + k) % ringSlots * slotStride;
-  }
 };
 
 class NetProgress {

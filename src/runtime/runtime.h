@@ -116,10 +116,6 @@ class Stream {
   // Asynchronous byte copy (any direction the runtime supports, including
   // to/from IPC-mapped peer memory).
   [[nodiscard]] virtual Status copyAsync(void* dst, const void* src, size_t bytes) = 0;
-  // `height` rows of `width` bytes, row i from src + i * spitch to dst + i *
-  // dpitch (pitches >= width), as one stream operation.
-  [[nodiscard]] virtual Status copy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
-                                           size_t width, size_t height) = 0;
   // Writes `value` to the 64-bit word at `addr` once prior work is done.
   // Ordering: the write is visible to host readers only after every prior
   // operation on the stream has completed (release semantics); readers load

@@ -1,6 +1,5 @@
 #include "transport/net_buffers.h"
 
-#include <algorithm>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -13,8 +12,6 @@ NetBuffers::~NetBuffers() {
   // Deregistered before the links close their comms (the connection
   // destroys its buffers first); the memory goes after its registrations.
   for (Region& b : blocks_) deregister(b);
-  for (Region& r : retiredRings_) deregister(r);
-  if (ring_.mem) deregister(ring_);
 }
 
 void NetBuffers::deregister(Region& r) {
@@ -32,7 +29,6 @@ Status NetBuffers::init() {
   words_->sent.store(0);
   words_->arrived.store(0);
   words_->drained.store(0);
-  words_->drainedChunks.store(0);
   return ncclSuccess;
 }
 
@@ -117,47 +113,6 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
   *data = static_cast<char*>(best->mem->ptr());
   *mhandles = best->mhandles;
   *size = best->mem->size();
-  return ncclSuccess;
-}
-
-Status NetBuffers::takeRing(uint64_t firstChunk, uint64_t chunks, uint64_t chunkBytes, char** data,
-                            NetMhandles* mhandles, uint64_t* slots, uint64_t* stride) {
-  const uint64_t slotBytes = chunkBytes + kRingSlotPad;
-  // Acquire: the copy stream is done with every slot of a retired ring
-  // once drainedChunks passed its last chunk.
-  const uint64_t drained = words_->drainedChunks.load();
-  for (size_t i = 0; i < retiredRings_.size();) {
-    if (retiredRings_[i].busyUntil > drained) {
-      ++i;
-      continue;
-    }
-    deregister(retiredRings_[i]);
-    stagingBytes_ -= retiredRings_[i].mem->size();
-    retiredRings_.erase(retiredRings_.begin() + static_cast<long>(i));
-  }
-  const uint64_t need = std::max(kMinRingSlots, 2 * ((chunks + 7) / 8));
-  if (ringSlots_ < need) {
-    uint64_t n = kMinRingSlots;
-    while (n < need) n <<= 1;
-    Region r;
-    FERRY_CHECK(allocate(n * slotBytes, &r));
-    stagingBytes_ += n * slotBytes;
-    FERRY_INFO(
-        kLogNet | kLogAlloc, "NET/%s: receive ring of %llu slots of %llu bytes (staging %llu)",
-        links_[0]->engine->name(), static_cast<unsigned long long>(n),
-        static_cast<unsigned long long>(slotBytes), static_cast<unsigned long long>(stagingBytes_));
-    if (ring_.mem) {
-      // Every chunk before this message's is the old ring's.
-      ring_.busyUntil = firstChunk;
-      retiredRings_.push_back(std::move(ring_));
-    }
-    ring_ = std::move(r);
-    ringSlots_ = n;
-  }
-  *data = static_cast<char*>(ring_.mem->ptr());
-  *mhandles = ring_.mhandles;
-  *slots = ringSlots_;
-  *stride = slotBytes;
   return ncclSuccess;
 }
 

@@ -29,15 +29,13 @@
 
 namespace ferry {
 
-// Counters in units of chunks (filled, arrived, drainedChunks) or messages
-// (sent, drained), each monotonic over the life of the connection.
+// Counters in units of chunks (filled, arrived) or messages (sent,
+// drained), each monotonic over the life of the connection.
 struct NetWords {
   CtrlWord filled;   // sender: chunks copied into staging (its copy stream writes)
   CtrlWord sent;     // sender: messages the network took in full (proxy writes)
   CtrlWord arrived;  // receiver: chunks landed in staging (proxy writes)
   CtrlWord drained;  // receiver: messages copied out of staging (its copy stream writes)
-  // receiver, ring mode: chunks copied out of the ring (its copy stream writes)
-  CtrlWord drainedChunks;
 };
 
 class NetBuffers {
@@ -80,21 +78,6 @@ class NetBuffers {
                             NetMhandles* mhandles, uint64_t* size, uint64_t* reuseAfter);
   static constexpr int kRecvBlocksPerSize = 2;
   static constexpr int kSendBlocksPerSize = 4;
-
-  // Ring mode (receive connections, FERRY_NET_RECV_RING=1): the ring that
-  // a message's chunks [firstChunk, firstChunk + chunks) land in, connection-
-  // wide chunk k in slot k % *slots, *stride bytes apart (a chunk, its
-  // trailer, padding). A ring holds at least kMinRingSlots and two of the
-  // message's drain groups (<= ceil(chunks / 8) chunks each), so that the
-  // proxy fills one group's slots while the copy stream drains another; a
-  // message that needs more gets a bigger ring, and the old one is freed
-  // once `drainedChunks` passes every chunk before firstChunk.
-  [[nodiscard]] Status takeRing(uint64_t firstChunk, uint64_t chunks, uint64_t chunkBytes,
-                                char** data, NetMhandles* mhandles, uint64_t* slots,
-                                uint64_t* stride);
-  static constexpr uint64_t kMinRingSlots = 8;
-  static constexpr uint64_t kRingSlotPad = 256;  // >= the trailer, keeps slots 256-byte aligned
-
   uint64_t stagingBytes() const { return stagingBytes_; }
 
  private:
@@ -114,9 +97,6 @@ class NetBuffers {
   std::unique_ptr<rt::HostMemory> wordMem_;
   NetWords* words_ = nullptr;
   std::vector<Region> blocks_;
-  Region ring_;  // busyUntil unused
-  uint64_t ringSlots_ = 0;
-  std::vector<Region> retiredRings_;  // busyUntil: the drainedChunks that frees each
   uint64_t stagingBytes_ = 0;
 };
 

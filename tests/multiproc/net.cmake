@@ -84,19 +84,6 @@ ferry_net_p2p_test(net.p2p.striped.stress.2x2 4 2 stress "FERRY_NET_LINKS=3;FERR
 ferry_net_p2p_test(net.p2p.striped.unbatched.2x1 2 1 unbatched "FERRY_NET_LINKS=3;FERRY_NET_CHUNK_BYTES=8K")
 ferry_net_p2p_test(net.p2p.striped.plugin.3x1 3 1 alltoall
   "FERRY_NET_LINKS=2;FERRY_NET_CHUNK_BYTES=16K;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
-# Receive rings (FERRY_NET_RECV_RING=1): 4 KiB chunks through rings of 8
-# slots and up, so every message wraps, rings grow while older messages
-# still drain from the old ones, and slots are reused as soon as the copy
-# stream releases them; striped, unbatched, receive-first, with the test
-# plugin, a size mismatch and a peer killed mid-transfer.
-ferry_net_p2p_test(net.p2p.ring.stress.2x2 4 2 stress
-  "FERRY_NET_RECV_RING=1;FERRY_NET_LINKS=2;FERRY_NET_CHUNK_BYTES=4K")
-ferry_net_p2p_test(net.p2p.ring.unbatched.2x1 2 1 unbatched
-  "FERRY_NET_RECV_RING=1;FERRY_NET_LINKS=3;FERRY_NET_CHUNK_BYTES=4K")
-ferry_net_p2p_test(net.p2p.ring.recvfirst.2x1 2 1 recvfirst
-  "FERRY_NET_RECV_RING=1;FERRY_NET_CHUNK_BYTES=4K")
-ferry_net_p2p_test(net.p2p.ring.plugin.3x1 3 1 alltoall
-  "FERRY_NET_RECV_RING=1;FERRY_NET_CHUNK_BYTES=16K;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
 # The test net plugin carries the bytes (8 requests per comm at most).
 ferry_net_p2p_test(net.p2p.alltoall.plugin.3x1 3 1 alltoall
   "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
@@ -126,10 +113,6 @@ add_test(NAME net.p2p.peer_killed.striped COMMAND $<TARGET_FILE:mp_p2p_kill> net
 set_tests_properties(net.p2p.peer_killed.striped PROPERTIES LABELS multiproc TIMEOUT 120
   ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;FERRY_NET_LINKS=3;FERRY_NET_CHUNK_BYTES=64K")
 ferry_net_test(net.mismatch.2x2 4 mismatch)
-ferry_net_test(net.mismatch.ring.2x2 4 mismatch FERRY_NET_RECV_RING=1)
-add_test(NAME net.p2p.peer_killed.ring COMMAND $<TARGET_FILE:mp_p2p_kill> net)
-set_tests_properties(net.p2p.peer_killed.ring PROPERTIES LABELS multiproc TIMEOUT 120
-  ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;FERRY_NET_RECV_RING=1;FERRY_NET_CHUNK_BYTES=16K")
 
 # Two network namespaces joined by a veth pair: a real link, no loopback
 # (net_veth.sh; skipped where namespaces cannot be made).

@@ -103,31 +103,6 @@ uint64_t* word(const Buffers& b, int i) {
   return static_cast<uint64_t*>(b.flags->ptr()) + i;
 }
 
-TEST(RuntimeHost, Copy2DMovesRowsBetweenPitches) {
-  test::Rng rng(test::testSeed(), 7);
-  auto rt = testRuntime();
-  const size_t width = 1000 + rng.below(100), spitch = width + 256, dpitch = width + 8;
-  const size_t height = 5 + rng.below(5);
-  Buffers b = makeBuffers(*rt, spitch * height);
-  auto data = randomBytes(spitch * height, rng);
-  memcpy(b.src->ptr(), data.data(), data.size());
-  std::unique_ptr<Stream> s;
-  ASSERT_EQ(rt->createStream(&s), ncclSuccess);
-  ASSERT_EQ(s->copy2DAsync(b.dst->ptr(), dpitch, b.src->ptr(), spitch, width, height), ncclSuccess);
-  ASSERT_EQ(s->synchronize(), ncclSuccess);
-  const auto* dst = static_cast<const uint8_t*>(b.dst->ptr());
-  for (size_t r = 0; r < height; ++r) {
-    ASSERT_EQ(memcmp(dst + r * dpitch, data.data() + r * spitch, width), 0) << "row " << r;
-    if (r + 1 < height) {
-      // The gap between destination rows is untouched.
-      EXPECT_EQ(dst[r * dpitch + width], kPoison) << "row " << r;
-    }
-  }
-  EXPECT_EQ(s->copy2DAsync(b.dst->ptr(), width - 1, b.src->ptr(), spitch, width, 1),
-            ncclInvalidArgument)
-      << "a pitch below the width";
-}
-
 TEST(RuntimeHost, OrderedCopiesThenFlag) {
   test::Rng rng(test::testSeed(), 1);
   auto rt = testRuntime();

@@ -185,14 +185,6 @@ class CudaStream final : public Stream {
     return ncclSuccess;
   }
 
-  Status copy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                     size_t height) override {
-    if (width == 0 || height == 0) return ncclSuccess;
-    FERRY_CUDA_TRY(
-        cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, stream_));
-    return ncclSuccess;
-  }
-
   Status writeValue64(uint64_t* addr, uint64_t value) override {
     const DriverApi* api = nullptr;
     FERRY_CHECK(driverApi(&api));

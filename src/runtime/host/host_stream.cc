@@ -227,23 +227,6 @@ Status HostStreamBase::copyAsync(void* dst, const void* src, size_t bytes) {
   });
 }
 
-Status HostStreamBase::copy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
-                                   size_t width, size_t height) {
-  if (width == 0 || height == 0) return ncclSuccess;
-  if (dst == nullptr || src == nullptr || dpitch < width || spitch < width) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "copy2DAsync: bad arguments (dst %p pitch %zu, src %p pitch %zu, %zu x %zu)", dst,
-               dpitch, src, spitch, width, height);
-  }
-  return submit([=] {
-    for (size_t i = 0; i < height; ++i) {
-      memmove(static_cast<char*>(dst) + i * dpitch, static_cast<const char*>(src) + i * spitch,
-              width);
-    }
-    return ncclSuccess;
-  });
-}
-
 Status HostStreamBase::writeValue64(uint64_t* addr, uint64_t value) {
   if (addr == nullptr || reinterpret_cast<uintptr_t>(addr) % alignof(uint64_t) != 0) {
     FERRY_FAIL(ncclInvalidArgument, "writeValue64: bad address %p", static_cast<void*>(addr));

@@ -117,8 +117,6 @@ class HostStreamBase : public Stream {
   virtual int device() const = 0;
 
   Status copyAsync(void* dst, const void* src, size_t bytes) override;
-  Status copy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                     size_t height) override;
   Status writeValue64(uint64_t* addr, uint64_t value) override;
   Status waitValue64(uint64_t* addr, uint64_t value, WaitCondition c) override;
   // No lazy loading to dodge here: exactly waitValue64(devAddr, value, Geq).
