@@ -6,7 +6,7 @@
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
-#           hoststage netnsys netwarm
+#           hoststage netnsys netwarm p2psweep
 #           wincoll
 set -uo pipefail
 src=$1
@@ -308,19 +308,20 @@ for s in $stages; do
     ;;
   netnsys)
     # nsys GPU trace (memcpys, kernels) of both ranks of a sendrecv across
-    # two emulated hosts; the CSVs come back whole for offline timelines.
+    # two emulated hosts (NSYS_HOSTS=1: on one host); the CSVs come back
+    # whole for offline timelines.
     stage netnsys
     export NCCL_SOCKET_IFNAME=lo
     ns=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
     echo "nsys: ${ns:-none}"; [ -z "$ns" ] && continue
     for sz in ${NETNSYS_SIZES:-64M 4M}; do
-      timeout 150 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 140 \
+      timeout 150 $b/tools/ferry-run/ferry-run -n 2 --hosts ${NSYS_HOSTS:-2} --runtime cuda --timeout 140 \
         $ns profile -t cuda -o "$out/netnsys-$sz-%q{FERRY_RANK}" --force-overwrite true \
-        $b/bench/ferry-bench ${NETNSYS_OP:-sendrecv} -b $sz -e $sz -w 5 -n 10 --inplace no \
+        $b/bench/ferry-bench ${NETNSYS_OP:-sendrecv} -b $sz -e $sz -w 5 -n ${NSYS_ITERS:-10} --inplace no \
         --lib $b/libnccl.so.2 >"$out/netnsys-$sz-run.log" 2>&1
       echo "netnsys $sz exit $?"; grep -E "^\[0\] +[0-9]" "$out/netnsys-$sz-run.log" | head -2
       for f in "$out"/netnsys-$sz-*.nsys-rep; do
-        $ns stats -q -r cuda_gpu_trace -f csv -o "${f%.nsys-rep}" "$f" >/dev/null 2>&1
+        $ns stats -q -r cuda_gpu_trace${NSYS_API:+,cuda_api_trace} -f csv -o "${f%.nsys-rep}" "$f" >/dev/null 2>&1
         rm -f "$f" "${f%.nsys-rep}.sqlite"
       done
     done
@@ -579,6 +580,28 @@ for s in $stages; do
       echo "--- $setting: exit $?"
       grep -E "^\[0\] +[0-9]" "$out/netsweep.txt" | awk '{printf "%s %s %s | ", $2, $7, $9} END {print ""}'
     done 2>&1 | tee "$out/netsweep-summary.txt"
+    ;;
+  p2psweep)
+    # Two ranks on one host (one GPU each), Ferry beside NVIDIA's NCCL with
+    # --rounds, under each setting of P2PSWEEP (as NETSWEEP; "default" is
+    # none) and module-loading mode of P2PSWEEP_MODES: one row per size,
+    # "size A-us B-us A/B-busbw".
+    stage p2psweep
+    IFS=';' read -ra settings <<<"${P2PSWEEP:-default}"
+    i=0
+    for mode in ${P2PSWEEP_MODES:-LAZY}; do
+      for setting in "${settings[@]}"; do
+        envs=""; [ "$setting" = default ] || envs=$setting
+        i=$((i + 1))
+        env CUDA_MODULE_LOADING=$mode $envs timeout 150 $run --timeout 140 $b/bench/ferry-bench \
+          ${P2PSWEEP_OPS:-sendrecv} -b ${P2P_MIN:-1M} -e ${P2P_MAX:-16M} -f ${P2P_F:-2} \
+          -w ${P2P_WARMUP:-20} -n ${P2P_ITERS:-50} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+          --rounds ${P2P_ROUNDS:-3} >"$out/p2psweep-$i.txt" 2>&1
+        echo "--- $mode $setting: exit $?"
+        awk '/^\[0\] # [a-z_]+$/ {op=$3} /^\[0\] +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/ && op != "" \
+          {printf "%s %s %s/%s %s | ", op, $2, $4, $5, $8} END {print ""}' "$out/p2psweep-$i.txt"
+      done
+    done 2>&1 | tee "$out/p2psweep-summary.txt"
     ;;
   netdiag)
     # Per-chunk timelines (TRACE lines of the NET subsystem, "t=... us") of

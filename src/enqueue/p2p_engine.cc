@@ -60,6 +60,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
+  e->pushWaitMinNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWaitMin)) * 1000;
   e->stagingWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingWaitUs)) * 1000;
   FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
@@ -342,7 +343,9 @@ void P2pEngine::failClaimed(std::vector<Op>& ops, Status s) {
 // pushes straight from its buffer (the wait a second sender's copy makes
 // is only for work the receiver already submitted: NCCL-equivalent). The
 // wait is bounded by about what it saves (the message at 400 GB/s), so a
-// late receiver costs the CPU no more than the GPU would have lost.
+// late receiver costs the CPU no more than the GPU would have lost; or by
+// FERRY_P2P_PUSH_WAIT_MIN_US where that is longer (an experiment: see the
+// knob).
 void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
                               size_t i) {
   constexpr uint64_t kMinBytes = uint64_t{1} << 20;
@@ -367,7 +370,8 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   ConnectionBase& conn = *op.conn;
   if (conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
   conn.sinceWait = 0;
-  const int64_t ns = std::min<int64_t>(pushWaitNs_, static_cast<int64_t>(t.bytes / 400));
+  const int64_t ns =
+      std::min<int64_t>(pushWaitNs_, std::max(pushWaitMinNs_, static_cast<int64_t>(t.bytes / 400)));
   ProfScope prof(profile_, ProfSlot::PushWait);
   bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
   conn.lateReceives = arrived ? 0 : conn.lateReceives + 1;

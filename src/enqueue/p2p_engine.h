@@ -193,6 +193,7 @@ class P2pEngine {
   bool stageSends_ = false;                  // see staging.h
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
+  int64_t pushWaitMinNs_ = 0;                // FERRY_P2P_PUSH_WAIT_MIN_US
   CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
   std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES

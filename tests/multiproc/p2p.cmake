@@ -93,6 +93,14 @@ set_tests_properties(p2p.swap.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
 # The send buffer overwritten on the send's stream right after a staged send.
 ferry_p2p_test(p2p.overwrite.staged.n2 2 overwrite ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
+# The push wait's floor (FERRY_P2P_PUSH_WAIT_MIN_US) catches a receiver 20 ms
+# late, so no send is staged; without the floor the early rank stages.
+ferry_p2p_test(p2p.lateexchange.n2 2 lateexchange)
+set_tests_properties(p2p.lateexchange.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_MIN_US=200000;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_EXPECT_PUSHES=1")
+ferry_p2p_test(p2p.lateexchange.nofloor.n2 2 lateexchange)
+set_tests_properties(p2p.lateexchange.nofloor.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_EXPECT_PUSHES=0")
 # Sends to self paired with receives from self in one group: one direct copy
 # each (and through the proxy with FERRY_P2P_SELF_COPY=0, or staged).
 ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
