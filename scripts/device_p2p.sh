@@ -584,8 +584,9 @@ for s in $stages; do
   p2psweep)
     # Two ranks on one host (one GPU each), Ferry beside NVIDIA's NCCL with
     # --rounds, under each setting of P2PSWEEP (as NETSWEEP; "default" is
-    # none) and module-loading mode of P2PSWEEP_MODES: one row per size,
-    # "size A-us B-us A/B-busbw".
+    # none) and module-loading mode of P2PSWEEP_MODES: one line per setting,
+    # "op size A-us/B-us A/B-busbw | ..." (a later CUDA_MODULE_LOADING in a
+    # setting overrides the mode).
     stage p2psweep
     IFS=';' read -ra settings <<<"${P2PSWEEP:-default}"
     i=0

@@ -189,7 +189,7 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
     NetOp* op = opOf(c, chunk);
     if (op == nullptr) return ncclSuccess;  // no posted message has it yet
     const uint64_t k = chunk - op->firstChunk;
-    char* at = op->data + k * op->chunkBytes;
+    void* at = op->data + k * op->chunkBytes;
     void* mhandle = op->mhandles[l];
     void* request = nullptr;
     Status s;
@@ -206,9 +206,8 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
       // difference; a chunk of the right size never touches its neighbour.
       size_t want =
           std::min(op->chunkBytes + kNetTrailerBytes, op->blockBytes - k * op->chunkBytes);
-      void* into = at;
       int tag = 0;
-      s = link.engine->irecv(link.comm, 1, &into, &want, &tag, &mhandle, &request);
+      s = link.engine->irecv(link.comm, 1, &at, &want, &tag, &mhandle, &request);
     }
     if (!ok(s)) {
       FERRY_WARN("NET/%s: %s peer %d: posting chunk %llu of message %llu failed: %s",
