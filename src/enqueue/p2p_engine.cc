@@ -61,6 +61,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
   e->pushWaitMinNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWaitMin)) * 1000;
+  e->pushWaitBusy_ = ctx.params->getInt(ParamId::P2pPushWaitBusy) != 0;
   e->stagingWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingWaitUs)) * 1000;
   FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
@@ -366,18 +367,35 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   // pipelining schedules are CPU-bound (host time ~ step time, bench/
   // RESULTS.md session 16). Such a connection waits again only every
   // kRetryEvery-th message, to notice when the pattern changes.
+  // A stream still running an earlier launch's work is a GPU that the wait
+  // does not idle (the CPU is ahead of it): such a wait takes the whole
+  // bound and ignores the habit (FERRY_P2P_PUSH_WAIT_BUSY).
   constexpr uint32_t kLateInARow = 3, kRetryEvery = 8;
   ConnectionBase& conn = *op.conn;
-  if (conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
+  const bool busy = pushWaitBusy_ && streamBusy(t.stream);
+  if (!busy && conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
   conn.sinceWait = 0;
   const int64_t ns =
-      std::min<int64_t>(pushWaitNs_, std::max(pushWaitMinNs_, static_cast<int64_t>(t.bytes / 400)));
+      busy ? pushWaitNs_
+           : std::min<int64_t>(pushWaitNs_,
+                               std::max(pushWaitMinNs_, static_cast<int64_t>(t.bytes / 400)));
   ProfScope prof(profile_, ProfSlot::PushWait);
   bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
   conn.lateReceives = arrived ? 0 : conn.lateReceives + 1;
-  FERRY_TRACE(kLogP2p, "send to peer %d: message %llu (%s): receiver %s within %lld us", t.peer,
+  // relaxed: statistics (describeCounters).
+  conn.counters.pushWaits.fetch_add(1, std::memory_order_relaxed);
+  if (!arrived) conn.counters.pushWaitsMissed.fetch_add(1, std::memory_order_relaxed);
+  FERRY_TRACE(kLogP2p, "send to peer %d: message %llu (%s%s): receiver %s within %lld us", t.peer,
               static_cast<unsigned long long>(op.seq), stageSends_ ? "would stage" : "exchange",
-              arrived ? "posted" : "did not post", static_cast<long long>(ns / 1000));
+              busy ? ", stream busy" : "", arrived ? "posted" : "did not post",
+              static_cast<long long>(ns / 1000));
+}
+
+bool P2pEngine::streamBusy(void* stream) const {
+  for (const Fence& f : fences_) {
+    if (f.stream == stream && f.event->query() == ncclInProgress) return true;
+  }
+  return false;
 }
 
 // Receives are claimed before sends: when two ranks exchange in one group,
@@ -438,8 +456,8 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
 
 bool P2pEngine::waitFences(int64_t timeoutMs) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-  for (auto& fence : fences_) {
-    while (fence->query() == ncclInProgress) {
+  for (Fence& fence : fences_) {
+    while (fence.event->query() == ncclInProgress) {
       if (std::chrono::steady_clock::now() > deadline) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -524,15 +542,17 @@ std::string P2pEngine::describeCounters() const {
     const RecvConnection* r = state_.recv[p].get();
     if (s == nullptr && r == nullptr) continue;
     const bool net = (s ? s->transport : r->transport) == TransportId::Net;
-    char line[260];
+    char line[320];
     snprintf(line, sizeof(line),
-             " [peer %zu%s: sent %llu ops %llu B (%llu direct, %llu pushed by us), received %llu "
-             "ops %llu B (%llu pulled by us)]",
+             " [peer %zu%s: sent %llu ops %llu B (%llu direct, %llu pushed by us, %llu push "
+             "waits, %llu missed), received %llu ops %llu B (%llu pulled by us)]",
              p, net ? " via NET" : "",
              s ? static_cast<unsigned long long>(s->counters.ops.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.bytes.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.zeroCopyOps.load()) : 0ULL,
              s ? static_cast<unsigned long long>(s->counters.copiedOps.load()) : 0ULL,
+             s ? static_cast<unsigned long long>(s->counters.pushWaits.load()) : 0ULL,
+             s ? static_cast<unsigned long long>(s->counters.pushWaitsMissed.load()) : 0ULL,
              r ? static_cast<unsigned long long>(r->counters.ops.load()) : 0ULL,
              r ? static_cast<unsigned long long>(r->counters.bytes.load()) : 0ULL,
              r ? static_cast<unsigned long long>(r->counters.copiedOps.load()) : 0ULL);

@@ -153,6 +153,8 @@ class P2pEngine {
                                  bool sends);
   // The bounded CPU wait of FERRY_P2P_PUSH_WAIT_US before claiming send `i`.
   void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i);
+  // Whether a fence recorded on user stream `stream` has not passed yet.
+  [[nodiscard]] bool streamBusy(void* stream) const;
   [[nodiscard]] Status claimOne(const P2pTask& task, bool overlapsReceive, Op& op);
   [[nodiscard]] Status describeFirst(const P2pTask& task, Op& op, PostInfo* info);
   [[nodiscard]] Status reachPeerBytes(const P2pTask& task, Op& op);
@@ -194,6 +196,7 @@ class P2pEngine {
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
   int64_t pushWaitMinNs_ = 0;                // FERRY_P2P_PUSH_WAIT_MIN_US
+  bool pushWaitBusy_ = false;                // FERRY_P2P_PUSH_WAIT_BUSY
   CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
   std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
@@ -207,7 +210,11 @@ class P2pEngine {
   // One event per user stream and launch, recorded after that stream's waits
   // on our control words: the words (and their host registration) must stay
   // mapped until every such wait has executed, even after an abort.
-  std::vector<std::shared_ptr<rt::Event>> fences_;
+  struct Fence {
+    void* stream = nullptr;  // the user's stream handle
+    std::shared_ptr<rt::Event> event;
+  };
+  std::vector<Fence> fences_;
 };
 
 }  // namespace ferry

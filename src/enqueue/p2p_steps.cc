@@ -81,14 +81,13 @@ Status P2pEngine::finishStepped(Stepped& l) {
     if (!op.first) op.conn->counters.copiedOps.fetch_add(1, std::memory_order_relaxed);
   }
   // Fences: drop the passed ones, then add one per stream after its waits.
-  fences_.erase(
-      std::remove_if(fences_.begin(), fences_.end(),
-                     [](const std::shared_ptr<rt::Event>& e) { return e->query() == ncclSuccess; }),
-      fences_.end());
-  for (auto& stream : l.streams) {
-    std::shared_ptr<rt::Event> fence;
-    FERRY_CHECK(newEvent(&fence));
-    FERRY_CHECK(fence->record(*stream));
+  fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
+                               [](const Fence& f) { return f.event->query() == ncclSuccess; }),
+                fences_.end());
+  for (size_t k = 0; k < l.streams.size(); ++k) {
+    Fence fence{l.handles[k], nullptr};
+    FERRY_CHECK(newEvent(&fence.event));
+    FERRY_CHECK(fence.event->record(*l.streams[k]));
     fences_.push_back(std::move(fence));
   }
   return ncclSuccess;

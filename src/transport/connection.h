@@ -44,6 +44,10 @@ struct PeerCounters {
   // Messages this rank copied as the second side (a push on a send
   // connection, a pull on a receive connection).
   std::atomic<uint64_t> copiedOps{0};
+  // Send side: push waits (P2pEngine::awaitReceiver) and those the
+  // receiver did not answer in time.
+  std::atomic<uint64_t> pushWaits{0};
+  std::atomic<uint64_t> pushWaitsMissed{0};
 };
 
 // What both directions share: the control block mapping and its registration.

@@ -368,13 +368,6 @@ void caseMixes(World& w) {
 
 // Whether a staged-send case can run (pairs of ranks, staging forced);
 // prints why not otherwise.
-bool stagedPairsOrSkip(const World& w, const char* name) {
-  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
-  if (w.nranks % 2 == 0 && stage != nullptr && strcmp(stage, "1") == 0) return true;
-  printf("%s: skipped (needs an even rank count and FERRY_P2P_STAGE_SENDS=1)\n", name);
-  return false;
-}
-
 // Staged sends only (FERRY_P2P_STAGE_SENDS=1): one group sends a buffer to
 // the peer and receives the peer's bytes into the SAME buffer, zero-copy.
 // The send is staged from the buffer, so the receive may let the peer write
@@ -720,47 +713,6 @@ void caseSendDepth(World& w) {
     for (auto& m : msgs) m->verify("senddepth late receiver");
   }
   EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
-}
-
-// An exchange whose odd rank posts late (it sleeps 20 ms before each
-// group), sends staged (FERRY_P2P_STAGE_SENDS=1). With
-// FERRY_P2P_PUSH_WAIT_MIN_US above that lateness, the early rank's push
-// wait sees the receive posted, so every send on both sides goes straight
-// into the receiver's buffer (FERRY_TEST_EXPECT_PUSHES=1 checks that); with
-// the size-based bound alone (~3 us for 1 MiB) the early rank's sends are
-// staged (FERRY_TEST_EXPECT_PUSHES=0 checks that the early rank staged some).
-void caseLateExchange(World& w) {
-  if (!stagedPairsOrSkip(w, "lateexchange")) return;
-  const int peer = w.rank ^ 1;
-  for (int round = 0; round < 8; ++round) {
-    const size_t bytes = (size_t{1} << 20) + 4099 * static_cast<size_t>(round);
-    Message out(w, 800 + round, w.rank, peer, bytes, BufferKind::Mapped);
-    Message in(w, 800 + round, peer, w.rank, bytes, BufferKind::Mapped);
-    out.fillAsSender();
-    in.poison();
-    EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
-    if (w.rank % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_OK(ncclGroupStart());
-    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
-    EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
-    EXPECT_OK(ncclGroupEnd());
-    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
-    in.verify("lateexchange");
-  }
-  const char* e = getenv("FERRY_TEST_EXPECT_PUSHES");
-  if (e == nullptr) return;
-  ncclFerryPeerStats_t st{};
-  EXPECT_OK(ncclFerryCommPeerStats(w.comm, peer, &st));
-  const bool all = st.sendOps == 8 && st.sendZeroCopyOps == st.sendOps;
-  if (strcmp(e, "1") == 0 || w.rank % 2 == 1) {
-    EXPECT_TRUE(all, "rank %d: %llu of %llu sends went straight into the receiver's buffer", w.rank,
-                st.sendZeroCopyOps, st.sendOps);
-  } else {
-    EXPECT_TRUE(!all,
-                "rank %d: all %llu sends went straight into the receiver's buffer, yet "
-                "its peer came 20 ms late and the push wait had no floor",
-                w.rank, st.sendOps);
-  }
 }
 
 }  // namespace

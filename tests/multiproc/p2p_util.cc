@@ -1,6 +1,8 @@
 #include "p2p_util.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -267,6 +269,69 @@ int runCase(int argc, char** argv,
   EXPECT_OK(ncclFerryStreamDestroy(w.stream));
   printf("%s %s: %d failure(s)\n", gFailures == 0 ? "PASS" : "FAIL", argv[1], gFailures.load());
   return gFailures == 0 ? 0 : 1;
+}
+
+bool stagedPairsOrSkip(const World& w, const char* name) {
+  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
+  if (w.nranks % 2 == 0 && stage != nullptr && strcmp(stage, "1") == 0) return true;
+  printf("%s: skipped (needs an even rank count and FERRY_P2P_STAGE_SENDS=1)\n", name);
+  return false;
+}
+
+// An exchange whose odd rank posts late (it sleeps 20 ms before each
+// group), sends staged (FERRY_P2P_STAGE_SENDS=1). With
+// FERRY_P2P_PUSH_WAIT_MIN_US above that lateness, the early rank's push
+// wait sees the receive posted, so every send on both sides goes straight
+// into the receiver's buffer (FERRY_TEST_EXPECT_PUSHES=1 checks that); with
+// the size-based bound alone (~3 us for 1 MiB) the early rank's sends are
+// staged (FERRY_TEST_EXPECT_PUSHES=0 checks that the early rank staged some).
+// FERRY_TEST_BUSY=1: the even rank's stream first waits for a small message
+// the late rank sends after its sleep, so that stream is busy at the push
+// wait (FERRY_P2P_PUSH_WAIT_BUSY lets such a wait take its whole bound).
+void caseLateExchange(World& w) {
+  if (!stagedPairsOrSkip(w, "lateexchange")) return;
+  const int peer = w.rank ^ 1;
+  const bool busy = getenv("FERRY_TEST_BUSY") != nullptr;
+  for (int round = 0; round < 8; ++round) {
+    const size_t bytes = (size_t{1} << 20) + 4099 * static_cast<size_t>(round);
+    Message out(w, 800 + round, w.rank, peer, bytes, BufferKind::Mapped);
+    Message in(w, 800 + round, peer, w.rank, bytes, BufferKind::Mapped);
+    Message token(w, 900 + round, 1, 0, 4096 + 8 * round, BufferKind::Mapped);
+    out.fillAsSender();
+    in.poison();
+    token.fillAsSender();
+    if (w.rank == 0) token.poison();
+    EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    if (busy && w.rank == 0) {  // returns at once; the stream waits
+      EXPECT_OK(ncclRecv(token.buf.data(), token.bytes, ncclUint8, 1, w.comm, w.stream));
+    }
+    if (w.rank % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (busy && w.rank == 1) {
+      EXPECT_OK(ncclSend(token.buf.data(), token.bytes, ncclUint8, 0, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    in.verify("lateexchange");
+    if (busy && w.rank == 0) token.verify("lateexchange token");
+  }
+  const char* e = getenv("FERRY_TEST_EXPECT_PUSHES");
+  if (e == nullptr) return;
+  ncclFerryPeerStats_t st{};
+  EXPECT_OK(ncclFerryCommPeerStats(w.comm, peer, &st));
+  const bool all =
+      st.sendOps == (busy && w.rank == 1 ? 16u : 8u) && st.sendZeroCopyOps == st.sendOps;
+  if (strcmp(e, "1") == 0 || w.rank % 2 == 1) {
+    EXPECT_TRUE(all, "rank %d: %llu of %llu sends went straight into the receiver's buffer", w.rank,
+                st.sendZeroCopyOps, st.sendOps);
+  } else {
+    EXPECT_TRUE(!all,
+                "rank %d: all %llu sends went straight into the receiver's buffer, yet "
+                "its peer came 20 ms late and the push wait had no floor",
+                w.rank, st.sendOps);
+  }
 }
 
 }  // namespace ferry::test

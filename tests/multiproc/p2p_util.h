@@ -51,6 +51,10 @@ void gatherScatter(World& w, int root);
 void caseLarge(World& w);
 void caseAbortInFlight(World& w);
 void caseTimeout(World& w);
+void caseLateExchange(World& w);
+// Whether the case can run: an even rank count and FERRY_P2P_STAGE_SENDS=1
+// (prints that it is skipped otherwise).
+bool stagedPairsOrSkip(const World& w, const char* name);
 
 // main(): launcher environment, device, world, seed, stream; runs argv[1].
 int runCase(int argc, char** argv, const std::map<std::string, std::function<void(World&)>>& cases);
