@@ -238,10 +238,11 @@ for s in $stages; do
     FERRY_P2P_KERNEL_LANE_SLOTS=2 FERRY_P2P_KERNEL_MAX_BYTES=8M ferryOnly alltoall -b 64K -e 8M -f 2 -w 5 -n 30
     ;;
   lcost)
-    # Host submission vs GPU time per op (bench/launch_cost.cc), Ferry then NCCL.
+    # Host submission vs GPU time per op (bench/launch_cost.cc), Ferry then NCCL
+    # (LCOST_OPS, LCOST_BYTES: lists).
     stage lcost
-    for op in sendrecv allreduce; do
-      for bytes in 8 65536 1048576; do
+    for op in ${LCOST_OPS:-sendrecv allreduce}; do
+      for bytes in ${LCOST_BYTES:-8 65536 1048576}; do
         for lib in $b/libnccl.so.2 "$nccl"; do
           timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib "$lib" --op $op --bytes $bytes 2>&1 |
             grep -E "submit" | sed "s|$b/libnccl.so.2|Ferry|; s|$nccl|NCCL|"

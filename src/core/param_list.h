@@ -100,7 +100,7 @@
     "The push wait's bound is at least this many us (never above FERRY_P2P_PUSH_WAIT_US): at 4-8 " \
     "MiB its size at 400 GB/s (10-21 us) may be shorter than the time between two ranks' "       \
     "claims; 0: the size-based bound only.")                                                      \
-  X(P2pPushWaitBusy, "FERRY_P2P_PUSH_WAIT_BUSY", Int, "0",                                       \
+  X(P2pPushWaitBusy, "FERRY_P2P_PUSH_WAIT_BUSY", Int, "1",                                       \
     "1: a push wait whose user stream still runs work of an earlier launch on this communicator " \
     "(the GPU is busy: waiting costs it nothing) waits up to FERRY_P2P_PUSH_WAIT_US, whatever "   \
     "the size; 0: the size-based bound always.")                                                  \

@@ -367,14 +367,16 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   // pipelining schedules are CPU-bound (host time ~ step time, bench/
   // RESULTS.md session 16). Such a connection waits again only every
   // kRetryEvery-th message, to notice when the pattern changes.
-  // A stream still running an earlier launch's work is a GPU that the wait
-  // does not idle (the CPU is ahead of it): such a wait takes the whole
-  // bound and ignores the habit (FERRY_P2P_PUSH_WAIT_BUSY).
   constexpr uint32_t kLateInARow = 3, kRetryEvery = 8;
   ConnectionBase& conn = *op.conn;
-  const bool busy = pushWaitBusy_ && streamBusy(t.stream);
-  if (!busy && conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
+  if (conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
   conn.sinceWait = 0;
+  // A stream still running an earlier launch's work is a GPU that the wait
+  // does not idle (the CPU is ahead of it): such a wait takes the whole
+  // bound (FERRY_P2P_PUSH_WAIT_BUSY). Measured on 2x H100 (session 23):
+  // with the size-based bound alone, a GPU-bound sendrecv loop missed
+  // every wait at 4 MiB and ran at 0.61-0.74x NCCL; with this, 0.90-0.93x.
+  const bool busy = pushWaitBusy_ && streamBusy(t.stream);
   const int64_t ns =
       busy ? pushWaitNs_
            : std::min<int64_t>(pushWaitNs_,

@@ -103,14 +103,14 @@ set_tests_properties(p2p.lateexchange.nofloor.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_EXPECT_PUSHES=0")
 # The early rank's stream is busy at its push wait (it waits for a token
 # the late rank sends after its sleep): FERRY_P2P_PUSH_WAIT_BUSY lets that
-# wait take FERRY_P2P_PUSH_WAIT_US whatever the size; its twin without the
-# knob stages.
+# wait take FERRY_P2P_PUSH_WAIT_US whatever the size (the default); its twin
+# with the knob at 0 stages.
 ferry_p2p_test(p2p.lateexchange.busy.n2 2 lateexchange)
 set_tests_properties(p2p.lateexchange.busy.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=1;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_EXPECT_PUSHES=1")
 ferry_p2p_test(p2p.lateexchange.busy.off.n2 2 lateexchange)
 set_tests_properties(p2p.lateexchange.busy.off.n2 PROPERTIES ENVIRONMENT
-  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_EXPECT_PUSHES=0")
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=0;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_EXPECT_PUSHES=0")
 # Sends to self paired with receives from self in one group: one direct copy
 # each (and through the proxy with FERRY_P2P_SELF_COPY=0, or staged).
 ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
