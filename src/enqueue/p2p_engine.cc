@@ -393,9 +393,10 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
               static_cast<long long>(ns / 1000));
 }
 
+// The stream's newest fence alone: it passes last (dropPassedFences).
 bool P2pEngine::streamBusy(void* stream) const {
-  for (const Fence& f : fences_) {
-    if (f.stream == stream && f.event->query() == ncclInProgress) return true;
+  for (auto f = fences_.rbegin(); f != fences_.rend(); ++f) {
+    if (f->stream == stream) return f->event->query() == ncclInProgress;
   }
   return false;
 }

@@ -179,6 +179,7 @@ class P2pEngine {
   [[nodiscard]] Status orderAfter(rt::Stream& later, rt::Stream& earlier);
   void countTask(const P2pTask& t, bool zeroCopy);
   [[nodiscard]] bool waitFences(int64_t timeoutMs);
+  void dropPassedFences();
 
   rt::Runtime* runtime_ = nullptr;
   std::shared_ptr<Proxy> proxy_;

@@ -81,9 +81,7 @@ Status P2pEngine::finishStepped(Stepped& l) {
     if (!op.first) op.conn->counters.copiedOps.fetch_add(1, std::memory_order_relaxed);
   }
   // Fences: drop the passed ones, then add one per stream after its waits.
-  fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
-                               [](const Fence& f) { return f.event->query() == ncclSuccess; }),
-                fences_.end());
+  dropPassedFences();
   for (size_t k = 0; k < l.streams.size(); ++k) {
     Fence fence{l.handles[k], nullptr};
     FERRY_CHECK(newEvent(&fence.event));
@@ -91,6 +89,23 @@ Status P2pEngine::finishStepped(Stepped& l) {
     fences_.push_back(std::move(fence));
   }
   return ncclSuccess;
+}
+
+// A stream passes its fences in the order they were recorded, so once one
+// of a stream's fences is pending its later ones are too: one query per
+// passed fence and per stream, however far ahead the CPU runs.
+void P2pEngine::dropPassedFences() {
+  std::vector<void*> pending;  // streams with a pending fence (a launch has one or two)
+  size_t kept = 0;
+  for (size_t i = 0; i < fences_.size(); ++i) {  // oldest first
+    Fence& f = fences_[i];
+    bool known = std::find(pending.begin(), pending.end(), f.stream) != pending.end();
+    if (!known && f.event->query() == ncclSuccess) continue;  // passed: dropped
+    if (!known) pending.push_back(f.stream);
+    if (kept != i) fences_[kept] = std::move(f);
+    ++kept;
+  }
+  fences_.resize(kept);
 }
 
 Status P2pEngine::launchStep(Step step, const std::vector<P2pTask>& tasks) {
