@@ -93,8 +93,9 @@
   X(P2pPushWait, "FERRY_P2P_PUSH_WAIT_US", Int, "500",                                           \
     "A send of >= 1 MiB to another process that would arrive before its receiver, in an "        \
     "exchange (the group also receives from that peer) or under lazy loading (it would be "      \
-    "staged), waits on the CPU up to min(this, its size at 400 GB/s) us for the receiver to "     \
-    "post, so it pushes straight from its buffer; after 3 misses in a row on a connection, "     \
+    "staged), waits on the CPU up to min(this, its size at 400 GB/s) us (this whole bound while " \
+    "its stream is busy: FERRY_P2P_PUSH_WAIT_BUSY) for the receiver to post, so it pushes "      \
+    "straight from its buffer; after 3 misses in a row on a connection, "                         \
     "only every 8th message waits; 0: never.")                                                   \
   X(P2pPushWaitMin, "FERRY_P2P_PUSH_WAIT_MIN_US", Int, "0",                                      \
     "The push wait's bound is at least this many us (never above FERRY_P2P_PUSH_WAIT_US): at 4-8 " \
