@@ -375,7 +375,7 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   // does not idle (the CPU is ahead of it): such a wait takes the whole
   // bound (FERRY_P2P_PUSH_WAIT_BUSY). Measured on 2x H100 (session 23):
   // with the size-based bound alone, a GPU-bound sendrecv loop missed
-  // every wait at 4 MiB and ran at 0.61-0.74x NCCL; with this, 0.90-0.93x.
+  // every wait at 4 MiB and ran at 0.61-0.75x NCCL; with this, 0.82-0.93x.
   const bool busy = pushWaitBusy_ && streamBusy(t.stream);
   const int64_t ns =
       busy ? pushWaitNs_
