@@ -104,7 +104,8 @@
   X(P2pPushWaitBusy, "FERRY_P2P_PUSH_WAIT_BUSY", Int, "1",                                       \
     "1: a push wait whose user stream still runs work of an earlier launch on this communicator " \
     "(the GPU is busy: waiting costs it nothing) waits up to FERRY_P2P_PUSH_WAIT_US, whatever "   \
-    "the size; 0: the size-based bound always.")                                                  \
+    "the size; 2: the same, but a wait ends at the size-based bound once that stream's work has " \
+    "passed (it never idles the GPU); 0: the size-based bound always.")                          \
   X(Profile, "FERRY_PROFILE", Int, "0",                                                          \
     "1: time the CPU's parts of every launch (group end, collective, kernel p2p, SM-free "      \
     "phases) per communicator; printed at destroy/abort (INFO, subsystem INIT or P2P).")        \

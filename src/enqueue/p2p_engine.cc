@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/env.h"
 #include "enqueue/p2p_engine_op.h"
 #include "enqueue/rendezvous.h"
@@ -61,7 +62,8 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
   e->pushWaitMinNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWaitMin)) * 1000;
-  e->pushWaitBusy_ = ctx.params->getInt(ParamId::P2pPushWaitBusy) != 0;
+  const int64_t busyMode = ctx.params->getInt(ParamId::P2pPushWaitBusy);
+  e->pushWaitBusy_ = busyMode == 0 ? 0 : busyMode == 2 ? 2 : 1;
   e->stagingWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingWaitUs)) * 1000;
   FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
@@ -376,21 +378,48 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   // bound (FERRY_P2P_PUSH_WAIT_BUSY). Measured on 2x H100 (session 23):
   // with the size-based bound alone, a GPU-bound sendrecv loop missed
   // every wait at 4 MiB and ran at 0.61-0.75x NCCL; with this, 0.82-0.93x.
-  const bool busy = pushWaitBusy_ && streamBusy(t.stream);
-  const int64_t ns =
-      busy ? pushWaitNs_
-           : std::min<int64_t>(pushWaitNs_,
-                               std::max(pushWaitMinNs_, static_cast<int64_t>(t.bytes / 400)));
+  const bool busy = pushWaitBusy_ != 0 && streamBusy(t.stream);
+  const int64_t sized =
+      std::min<int64_t>(pushWaitNs_, std::max(pushWaitMinNs_, static_cast<int64_t>(t.bytes / 400)));
+  const int64_t ns = busy ? pushWaitNs_ : sized;
   ProfScope prof(profile_, ProfSlot::PushWait);
-  bool arrived = awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
+  const int64_t began = steadyNowNs();
+  bool arrived = busy && pushWaitBusy_ == 2
+                     ? awaitWhileBusy(op, t.stream, sized)
+                     : awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
   conn.lateReceives = arrived ? 0 : conn.lateReceives + 1;
   // relaxed: statistics (describeCounters).
   conn.counters.pushWaits.fetch_add(1, std::memory_order_relaxed);
   if (!arrived) conn.counters.pushWaitsMissed.fetch_add(1, std::memory_order_relaxed);
-  FERRY_TRACE(kLogP2p, "send to peer %d: message %llu (%s%s): receiver %s within %lld us", t.peer,
-              static_cast<unsigned long long>(op.seq), stageSends_ ? "would stage" : "exchange",
-              busy ? ", stream busy" : "", arrived ? "posted" : "did not post",
-              static_cast<long long>(ns / 1000));
+  FERRY_TRACE(
+      kLogP2p, "send to peer %d: message %llu (%s%s): receiver %s after %lld us (bound %lld)",
+      t.peer, static_cast<unsigned long long>(op.seq), stageSends_ ? "would stage" : "exchange",
+      busy ? ", stream busy" : "", arrived ? "posted" : "did not post",
+      static_cast<long long>((steadyNowNs() - began) / 1000), static_cast<long long>(ns / 1000));
+}
+
+// FERRY_P2P_PUSH_WAIT_BUSY=2: the receiver's claim is awaited up to the
+// whole bound while `stream` stays busy; once its newest fence passes (from
+// then on the wait would idle the GPU), only up to `idleNs` from the start.
+bool P2pEngine::awaitWhileBusy(const Op& op, void* stream, int64_t idleNs) const {
+  constexpr int64_t kSliceNs = 16000;  // how often the fence is asked (a query costs ~1 us)
+  const int64_t start = steadyNowNs();
+  int64_t bound = pushWaitNs_;
+  bool idle = false;
+  for (;;) {
+    const int64_t spent = steadyNowNs() - start;
+    if (spent >= bound) return false;
+    if (awaitPeerClaim(op.ctrl(), true, op.seq, std::min(kSliceNs, bound - spent), abortFlag_)) {
+      return true;
+    }
+    // acquire: an abort or a peer's error report ends the wait at once.
+    if (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire)) return false;
+    if (op.ctrl().error.load() != 0) return false;
+    if (!idle && !streamBusy(stream)) {
+      idle = true;
+      bound = std::min(bound, idleNs);
+    }
+  }
 }
 
 // The stream's newest fence alone: it passes last (dropPassedFences).

@@ -153,6 +153,7 @@ class P2pEngine {
                                  bool sends);
   // The bounded CPU wait of FERRY_P2P_PUSH_WAIT_US before claiming send `i`.
   void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i);
+  [[nodiscard]] bool awaitWhileBusy(const Op& op, void* stream, int64_t idleNs) const;
   // Whether a fence recorded on user stream `stream` has not passed yet.
   [[nodiscard]] bool streamBusy(void* stream) const;
   [[nodiscard]] Status claimOne(const P2pTask& task, bool overlapsReceive, Op& op);
@@ -197,7 +198,7 @@ class P2pEngine {
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
   int64_t pushWaitMinNs_ = 0;                // FERRY_P2P_PUSH_WAIT_MIN_US
-  bool pushWaitBusy_ = false;                // FERRY_P2P_PUSH_WAIT_BUSY
+  int pushWaitBusy_ = 0;                     // FERRY_P2P_PUSH_WAIT_BUSY: 0, 1 or 2
   CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
   std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES

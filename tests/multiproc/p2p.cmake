@@ -111,6 +111,19 @@ set_tests_properties(p2p.lateexchange.busy.n2 PROPERTIES ENVIRONMENT
 ferry_p2p_test(p2p.lateexchange.busy.off.n2 2 lateexchange)
 set_tests_properties(p2p.lateexchange.busy.off.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=0;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_EXPECT_PUSHES=0")
+# FERRY_P2P_PUSH_WAIT_BUSY=2 ends a busy wait once the stream goes idle: the
+# token comes 5 ms in, 15 ms before the late rank posts, so the early rank
+# stages; with 1 it waits on and pushes; with 2 and a stream busy to the
+# end it pushes too.
+ferry_p2p_test(p2p.lateexchange.busy2.idle.n2 2 lateexchange)
+set_tests_properties(p2p.lateexchange.busy2.idle.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=2;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_TOKEN_MS=5;FERRY_TEST_EXPECT_PUSHES=0")
+ferry_p2p_test(p2p.lateexchange.busy1.idle.n2 2 lateexchange)
+set_tests_properties(p2p.lateexchange.busy1.idle.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=1;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_TOKEN_MS=5;FERRY_TEST_EXPECT_PUSHES=1")
+ferry_p2p_test(p2p.lateexchange.busy2.n2 2 lateexchange)
+set_tests_properties(p2p.lateexchange.busy2.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=2;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_EXPECT_PUSHES=1")
 # Sends to self paired with receives from self in one group: one direct copy
 # each (and through the proxy with FERRY_P2P_SELF_COPY=0, or staged).
 ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)

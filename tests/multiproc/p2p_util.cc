@@ -288,10 +288,14 @@ bool stagedPairsOrSkip(const World& w, const char* name) {
 // FERRY_TEST_BUSY=1: the even rank's stream first waits for a small message
 // the late rank sends after its sleep, so that stream is busy at the push
 // wait (FERRY_P2P_PUSH_WAIT_BUSY lets such a wait take its whole bound).
+// FERRY_TEST_TOKEN_MS=k: the token comes k ms in, so the even rank's stream
+// goes idle during its wait (FERRY_P2P_PUSH_WAIT_BUSY=2 then ends it).
 void caseLateExchange(World& w) {
   if (!stagedPairsOrSkip(w, "lateexchange")) return;
   const int peer = w.rank ^ 1;
   const bool busy = getenv("FERRY_TEST_BUSY") != nullptr;
+  const char* early = getenv("FERRY_TEST_TOKEN_MS");  // the token this early (ms), not at 20
+  const int tokenMs = early != nullptr ? std::min(20, std::max(0, atoi(early))) : 20;
   for (int round = 0; round < 8; ++round) {
     const size_t bytes = (size_t{1} << 20) + 4099 * static_cast<size_t>(round);
     Message out(w, 800 + round, w.rank, peer, bytes, BufferKind::Mapped);
@@ -305,10 +309,11 @@ void caseLateExchange(World& w) {
     if (busy && w.rank == 0) {  // returns at once; the stream waits
       EXPECT_OK(ncclRecv(token.buf.data(), token.bytes, ncclUint8, 1, w.comm, w.stream));
     }
-    if (w.rank % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (w.rank % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(tokenMs));
     if (busy && w.rank == 1) {
       EXPECT_OK(ncclSend(token.buf.data(), token.bytes, ncclUint8, 0, w.comm, w.stream));
     }
+    if (w.rank % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20 - tokenMs));
     EXPECT_OK(ncclGroupStart());
     EXPECT_OK(ncclSend(out.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
     EXPECT_OK(ncclRecv(in.buf.data(), bytes, ncclUint8, peer, w.comm, w.stream));
