@@ -23,7 +23,8 @@
 # every communicator with one unique id per rank (ncclCommInitRankScalable).
 # Diagnostic suffixes (Ferry modes): "-pw0" turns the push wait off
 # (FERRY_P2P_PUSH_WAIT_US=0), "-nb" keeps the push wait size-bound on busy
-# streams too (FERRY_P2P_PUSH_WAIT_BUSY=0), "-prof" prints each communicator's CPU profile
+# streams too (FERRY_P2P_PUSH_WAIT_BUSY=0), "-b2" ends a busy wait once the
+# stream goes idle (FERRY_P2P_PUSH_WAIT_BUSY=2), "-prof" prints each communicator's CPU profile
 # at its destroy (FERRY_PROFILE=1).
 # CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
 # GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
@@ -60,6 +61,7 @@ mode_env() {
   case $1 in *-roots*) e="$e TORCH_NCCL_RANKS_PER_ROOT=1" ;; esac
   case $1 in *-pw0*) e="$e FERRY_P2P_PUSH_WAIT_US=0" ;; esac
   case $1 in *-nb*) e="$e FERRY_P2P_PUSH_WAIT_BUSY=0" ;; esac
+  case $1 in *-b2*) e="$e FERRY_P2P_PUSH_WAIT_BUSY=2" ;; esac
   case $1 in *-prof*) e="$e FERRY_PROFILE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" ;; esac
   echo "$e"
 }
