@@ -63,7 +63,11 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
   e->pushWaitMinNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWaitMin)) * 1000;
   const int64_t busyMode = ctx.params->getInt(ParamId::P2pPushWaitBusy);
-  e->pushWaitBusy_ = busyMode == 0 ? 0 : busyMode == 2 ? 2 : 1;
+  if (busyMode < 0 || busyMode > 2) {
+    FERRY_WARN("FERRY_P2P_PUSH_WAIT_BUSY=%lld is not 0|1|2; using 1",
+               static_cast<long long>(busyMode));
+  }
+  e->pushWaitBusy_ = busyMode == 0 || busyMode == 2 ? static_cast<int>(busyMode) : 1;
   e->stagingWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingWaitUs)) * 1000;
   FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
