@@ -103,6 +103,20 @@ int main(int argc, char** argv) {
          spinFor<<<1, 1, 0, local>>>(window);
          traffic();
        }},
+      {"all-to-all shape: half each way + half local",
+       [&] {
+         const size_t half = bytes / 2;
+         for (int i = 0; i < iters; ++i) {
+           for (int d = 0; d < 2; ++d) {
+             CHECK(cudaSetDevice(d));
+             CHECK(cudaMemcpyPeerAsync(buf[1 - d][1], 1 - d, buf[d][0], d, half, copy[d]));
+           }
+           CHECK(cudaSetDevice(0));
+           CHECK(cudaMemcpyAsync(static_cast<char*>(buf[0][1]) + half,
+                                 static_cast<char*>(buf[0][0]) + half, half,
+                                 cudaMemcpyDeviceToDevice, local));
+         }
+       }},
       {"copy engines + local staging copy",
        [&] {
          for (int i = 0; i < iters; ++i) {
@@ -112,22 +126,29 @@ int main(int argc, char** argv) {
        }},
   };
   // Rounds over every kind in turn, so clock and temperature drift hits all
-  // kinds alike; each kind's median is compared with the median of "nothing"
-  // (the GEMM alone, measured the same way in the same rounds).
-  constexpr int kRounds = 5;
-  std::vector<std::vector<double>> tflops(kinds.size());
+  // kinds alike. Each sample's reference is the same GEMMs alone right before
+  // and after it (GemmLoop); a kind's slowdown is the median of its samples'
+  // alone / beside. "vs nothing" compares with the median of the kind that
+  // launches nothing instead (the older method: it shows the drift).
+  constexpr int kRounds = 7;
+  std::vector<std::vector<double>> tflops(kinds.size()), ratios(kinds.size());
   for (int r = 0; r < kRounds; ++r) {
     for (size_t k = 0; k < kinds.size(); ++k) {
-      double t = 0, trafficSec = 0;
+      ferry::bench::OverlapSample sample;
       auto launch = [&](std::string*) {
         kinds[k].launch();
         return true;
       };
-      if (!g.measureUnderTraffic(beside, 1, trafficMs / 1e3, launch, &trafficSec, &t, &error)) {
+      if (!g.measureUnderTraffic(beside, 1, trafficMs / 1e3, launch, &sample, &error)) {
         fprintf(stderr, "ferry-overlap-floor: %s\n", error.c_str());
         return 1;
       }
-      tflops[k].push_back(t);
+      for (int d = 1; d >= 0; --d) {  // the kind's copies on other streams, both GPUs
+        CHECK(cudaSetDevice(d));
+        CHECK(cudaDeviceSynchronize());
+      }
+      tflops[k].push_back(sample.gemmTflopsUnder);
+      ratios[k].push_back(sample.gemmTflopsAlone / sample.gemmTflopsUnder);
     }
   }
   auto median = [](std::vector<double> v) {
@@ -136,13 +157,16 @@ int main(int argc, char** argv) {
   };
   const double base = median(tflops[0]);
   printf(
-      "# %d rounds, medians; slowdown = GEMM alone / GEMM beside, alone measured in the same "
-      "rounds\n",
+      "# %d rounds, medians; slowdown = GEMM alone (the same GEMMs right before and after) / "
+      "GEMM beside\n",
       kRounds);
-  printf("# %-34s %10s %10s %9s\n", "beside the GEMM", "alone", "beside", "slowdown");
+  printf("# %-44s %10s %9s %11s %9s\n", "beside the GEMM", "beside", "slowdown", "min..max",
+         "vs nothing");
   for (size_t k = 0; k < kinds.size(); ++k) {
     const double m = median(tflops[k]);
-    printf("  %-34s %10.1f %10.1f %9.3f\n", kinds[k].name, base, m, base / m);
+    const auto [lo, hi] = std::minmax_element(ratios[k].begin(), ratios[k].end());
+    printf("  %-44s %10.1f %9.3f %5.3f..%5.3f %9.3f\n", kinds[k].name, m, median(ratios[k]), *lo,
+           *hi, base / m);
   }
   return 0;
 }

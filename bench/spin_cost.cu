@@ -120,17 +120,17 @@ int main(int argc, char** argv) {
         CHECK(cudaFuncSetAttribute(kinds[k].func, cudaFuncAttributePreferredSharedMemoryCarveout,
                                    carve));
       }
-      double t = 0, trafficSec = 0;
+      ferry::bench::OverlapSample sample;
       auto launch = [&](std::string*) {
         kinds[k].launch(side, ns);
         return true;
       };
-      if (!g.measureUnderTraffic(beside, 1, windowMs / 1e3, launch, &trafficSec, &t, &error)) {
+      if (!g.measureUnderTraffic(beside, 1, windowMs / 1e3, launch, &sample, &error)) {
         fprintf(stderr, "ferry-spin-cost: %s\n", error.c_str());
         return 1;
       }
       CHECK(cudaStreamSynchronize(side));
-      tflops[k].push_back(t);
+      tflops[k].push_back(sample.gemmTflopsUnder);
     }
   }
   auto median = [](std::vector<double> v) {

@@ -718,7 +718,8 @@ for s in $stages; do
     stage overlap
     for mode in ${OVERLAP_MODES:-LAZY}; do
       CUDA_MODULE_LOADING=$mode timeout 150 $run --timeout 140 $b/bench/ferry-bench alltoall,sendrecv \
-        -b 256M -e 256M --inplace no -w 2 -n 5 --lib $b/libnccl.so.2 --compare "$nccl" --overlap \
+        -b 256M -e 256M --inplace no -w 2 -n ${OVERLAP_ITERS:-40} --rounds ${OVERLAP_ROUNDS:-1} \
+        --lib $b/libnccl.so.2 --compare "$nccl" --overlap \
         >"$out/overlap-$mode.txt" 2>&1
       echo "overlap $mode exit $?"; grep -v "^\[1\]" "$out/overlap-$mode.txt" | tail -16
     done

@@ -71,6 +71,8 @@ struct GemmLoop::Impl {
     if (handle != nullptr) cublasDestroy(handle);
   }
   double flops() const { return 2.0 * static_cast<double>(n) * n * n; }
+  // Seconds of `count` back-to-back GEMMs with nothing else of ours running.
+  bool timeGemms(int count, double* seconds, std::string* error);
 
   bool enqueue(int count, std::string* error) {
     const float alpha = 1.0f, beta = 0.0f;
@@ -129,14 +131,33 @@ bool GemmLoop::measureAlone(double* tflops, std::string* error) {
   return true;
 }
 
+bool GemmLoop::Impl::timeGemms(int count, double* seconds, std::string* error) {
+  EventPair ev;
+  if (!device.select(error) || !ev.init(error) ||
+      !cudaOk(cudaEventRecord(ev.start, stream.get()), "cudaEventRecord", error) ||
+      !enqueue(count, error) ||
+      !cudaOk(cudaEventRecord(ev.stop, stream.get()), "cudaEventRecord", error) ||
+      !stream.synchronize(error)) {
+    return false;
+  }
+  *seconds = ev.seconds();
+  return true;
+}
+
 bool GemmLoop::measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
                                    const std::function<bool(std::string*)>& launchTraffic,
-                                   double* trafficSecondsPerIter, double* gemmTflops,
-                                   std::string* error) {
-  if (impl_->secondsPerGemm <= 0 && !measureAlone(gemmTflops, error)) return false;
+                                   OverlapSample* sample, std::string* error) {
+  double unused = 0;
+  if (impl_->secondsPerGemm <= 0 && !measureAlone(&unused, error)) return false;
   // Enough GEMMs to cover the traffic, so each measures the other under load.
   const double cover = iters * trafficAloneSeconds / impl_->secondsPerGemm;
   const int gemms = static_cast<int>(std::clamp(std::ceil(cover), 1.0, 10000.0));
+  // The same GEMMs alone right before and after: a GPU running GEMMs back to
+  // back slows down as it reaches its power limit (2x H200: ~795 TFLOP/s for
+  // the first 10 GEMMs, ~625 sustained), so a reference taken once at start
+  // would charge that drift to the traffic.
+  double before = 0, after = 0;
+  if (!impl_->timeGemms(gemms, &before, error)) return false;
   EventPair g, t;
   if (!impl_->device.select(error) || !g.init(error) || !t.init(error)) return false;
   if (!cudaOk(cudaEventRecord(g.start, impl_->stream.get()), "cudaEventRecord", error) ||
@@ -150,12 +171,15 @@ bool GemmLoop::measureUnderTraffic(const Stream& traffic, int iters, double traf
   if (!impl_->device.select(error) ||
       !cudaOk(cudaEventRecord(g.stop, impl_->stream.get()), "cudaEventRecord", error) ||
       !cudaOk(cudaEventRecord(t.stop, traffic.get()), "cudaEventRecord", error) ||
-      !impl_->stream.synchronize(error) || !traffic.synchronize(error)) {
+      !impl_->stream.synchronize(error) || !traffic.synchronize(error) ||
+      !impl_->timeGemms(gemms, &after, error)) {
     return false;
   }
-  *trafficSecondsPerIter = t.seconds() / iters;
-  const double gemmSeconds = g.seconds() / gemms;
-  *gemmTflops = gemmSeconds > 0 ? impl_->flops() / gemmSeconds / 1e12 : 0;
+  sample->trafficSecondsPerIter = t.seconds() / iters;
+  const double aloneSeconds = (before + after) / 2 / gemms;
+  const double besideSeconds = g.seconds() / gemms;
+  sample->gemmTflopsAlone = aloneSeconds > 0 ? impl_->flops() / aloneSeconds / 1e12 : 0;
+  sample->gemmTflopsUnder = besideSeconds > 0 ? impl_->flops() / besideSeconds / 1e12 : 0;
   return true;
 }
 
@@ -174,7 +198,7 @@ bool GemmLoop::measureAlone(double*, std::string* error) {
   return false;
 }
 bool GemmLoop::measureUnderTraffic(const Stream&, int, double,
-                                   const std::function<bool(std::string*)>&, double*, double*,
+                                   const std::function<bool(std::string*)>&, OverlapSample*,
                                    std::string* error) {
   *error = "no GEMM";
   return false;

@@ -14,6 +14,13 @@
 
 namespace ferry::bench {
 
+// One measurement of a GEMM loop beside traffic.
+struct OverlapSample {
+  double trafficSecondsPerIter = 0;
+  double gemmTflopsAlone = 0;  // mean of the GEMMs alone just before and after
+  double gemmTflopsUnder = 0;  // the same GEMMs beside the traffic
+};
+
 class GemmLoop {
  public:
   GemmLoop();
@@ -25,11 +32,12 @@ class GemmLoop {
   // TFLOP/s of back-to-back GEMMs with nothing else running.
   bool measureAlone(double* tflops, std::string* error);
   // Runs `launchTraffic` `iters` times on `traffic` while GEMMs run beside it
-  // (as many as cover the traffic's solo duration, trafficAloneSeconds).
-  // Outputs the traffic's seconds per iteration and the GEMM's TFLOP/s.
+  // (as many as cover the traffic's solo duration, trafficAloneSeconds), and
+  // the same number of GEMMs alone right before and after (their mean is the
+  // sample's reference, so power and clock drift cancels out).
   bool measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
                            const std::function<bool(std::string*)>& launchTraffic,
-                           double* trafficSecondsPerIter, double* gemmTflops, std::string* error);
+                           OverlapSample* sample, std::string* error);
 
  private:
   struct Impl;

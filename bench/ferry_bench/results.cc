@@ -142,23 +142,31 @@ const SizeRow* findRow(const RunResult& r, size_t op, OpKind kind, size_t bytes)
 
 void mergeRow(const std::vector<RunResult>& runs, size_t op, OpKind kind, SizeRow* row) {
   std::vector<const Measure*> oop, ip;
-  std::vector<double> alone, under, busBw;
+  std::vector<OverlapMeasure> overlaps;
+  std::vector<double> busBw;
   for (const RunResult& r : runs) {
     const SizeRow* x = findRow(r, op, kind, row->bytes);
     if (x == nullptr) continue;
     if (x->oop.ran) oop.push_back(&x->oop);
     if (x->ip.ran) ip.push_back(&x->ip);
     if (x->overlap.ran) {
-      alone.push_back(x->overlap.gemmTflopsAlone);
-      under.push_back(x->overlap.gemmTflopsUnder);
+      overlaps.push_back(x->overlap);
       busBw.push_back(x->overlap.busBwUnderGemm);
     }
   }
   if (!oop.empty()) row->oop = medianMeasure(oop);
   if (!ip.empty()) row->ip = medianMeasure(ip);
-  if (!alone.empty()) {
-    row->overlap.gemmTflopsAlone = medianOf(alone);
-    row->overlap.gemmTflopsUnder = medianOf(under);
+  if (!overlaps.empty()) {
+    // The round with the median slowdown, its own reference beside it (each
+    // round's GEMMs alone were timed next to its GEMMs under traffic).
+    const auto slowdown = [](const OverlapMeasure& o) {
+      return o.gemmTflopsUnder > 0 ? o.gemmTflopsAlone / o.gemmTflopsUnder : 0;
+    };
+    std::sort(overlaps.begin(), overlaps.end(),
+              [&](const OverlapMeasure& a, const OverlapMeasure& b) {
+                return slowdown(a) < slowdown(b);
+              });
+    row->overlap = overlaps[overlaps.size() / 2];
     row->overlap.busBwUnderGemm = medianOf(busBw);
   }
 }

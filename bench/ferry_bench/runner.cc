@@ -39,7 +39,6 @@ struct Context {
   CommSet comms;
   std::vector<Stream> streams;
   std::unique_ptr<GemmLoop> gemm;
-  double gemmAloneTflops = 0;
   uint64_t seed = 0;
   bool reporter = true;  // prints the table: process rank 0
   Clock::time_point start = Clock::now(), lastProgress = Clock::now();
@@ -336,19 +335,20 @@ bool timePlacement(Context& ctx, const OpCase& op, const std::vector<Shape>& sha
 bool measureOverlap(Context& ctx, const OpCase& op, const std::vector<Shape>& shapes,
                     const std::vector<Placement>& where, const Measure& alone, OverlapMeasure* o,
                     std::string* error) {
-  double sec = 0, tflops = 0;
   const auto launch = [&](std::string* err) {
     const ncclResult_t r = launchAll(ctx, op, shapes, where);
     if (r != ncclSuccess) *err = ctx.lib.errorText(r, ctx.comms.comms[0]);
     return r == ncclSuccess;
   };
+  OverlapSample sample;
   if (!ctx.gemm->measureUnderTraffic(ctx.streams[0], ctx.opt.iters, alone.timeUs / 1e6, launch,
-                                     &sec, &tflops, error)) {
+                                     &sample, error)) {
     return false;
   }
   o->ran = true;
-  o->gemmTflopsAlone = ctx.gemmAloneTflops;
-  o->gemmTflopsUnder = tflops;
+  o->gemmTflopsAlone = sample.gemmTflopsAlone;
+  o->gemmTflopsUnder = sample.gemmTflopsUnder;
+  const double sec = sample.trafficSecondsPerIter;
   const double algBw =
       sec > 0 ? static_cast<double>(shapes[0].count * typeSize(op.type)) / 1e9 / sec : 0;
   o->busBwUnderGemm = algBw * busFactor(op.kind, ctx.nranks);
@@ -446,8 +446,9 @@ OpResult runOp(Context& ctx, OpKind kind, std::string* setupError) {
 bool setupOverlap(Context& ctx, std::string* error) {
   if (!ctx.opt.overlap) return true;
   ctx.gemm = std::make_unique<GemmLoop>();
+  double warm = 0;  // also sets the GEMM's duration that sizes each measurement
   return ctx.gemm->init(ctx.devices[0], ctx.opt.gemmSize, error) &&
-         ctx.gemm->measureAlone(&ctx.gemmAloneTflops, error);
+         ctx.gemm->measureAlone(&warm, error);
 }
 
 }  // namespace

@@ -24,7 +24,11 @@ only: memory held and set-up time; not in the default list), shrink
 (torch's shrink_group on a group of every rank without the last one, then
 a checked all_reduce on the new group; issue 19), symm (tensors from
 torch's symmetric memory with the NCCL backend: ncclMemAlloc + window
-registration, then a checked all_reduce and send/recv ring on them).
+registration, then a checked all_reduce and send/recv ring on them),
+overlap (issue 16: bf16 8192^3 matmuls beside 40 x 256 MiB of
+batch_isend_irecv, then of all_to_all_single, from a side stream; the
+matmuls' slowdown against the same matmuls alone in the same round; not in
+the default list).
 CLIENT_EMULATE_HOSTS=1: each rank claims its own host (NCCL_HOSTID, read
 by both libraries) and ranks share the GPUs there are, so one GPU runs the
 suite across two emulated hosts over loopback sockets (correctness, API
@@ -444,6 +448,112 @@ def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
     # host_ms: the CPU time of this rank's send/recv calls in a step.
     rep.emit("blocking", ok, median_ms=round(sync_max(times[len(times) // 2], device), 4),
              host_ms=round(sync_max(host[len(host) // 2], device), 4))
+
+
+# ---- compute beside SM-free traffic (issue 16) ---------------------------------
+
+
+def overlap_kind(kind, rank, world, device, seed, mm, rounds=5, iters=40):
+    """bf16 8192^3 matmuls on the default stream beside `iters` x 256 MiB of
+    `kind` traffic (batch_isend_irecv ring or all_to_all_single) issued from a
+    side stream. Each round times the same matmuls alone right before and
+    after the shared window (a GPU slows as it reaches its power limit, so a
+    reference taken once would charge that drift to the traffic); the
+    slowdown is beside / mean(alone), the median of the rounds."""
+    n = 64 << 20  # floats: 256 MiB
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    salt = {"sendrecv": 1, "alltoall": 2}[kind]
+    sbuf = seeded(seed + 1000 * rank + salt, n, device=device)
+    rbuf = torch.empty(n, device=device)
+    if kind == "sendrecv":
+        want = seeded(seed + 1000 * prv + salt, n, device=device)
+    else:  # chunk p of the output is chunk `rank` of rank p's input
+        want = torch.cat([seeded(seed + 1000 * p + salt, n, device=device).view(world, -1)[rank]
+                          for p in range(world)])
+    side = torch.cuda.Stream(device)
+
+    def traffic(count):
+        with torch.cuda.stream(side):
+            for _ in range(count):
+                if kind == "sendrecv":
+                    ops = [dist.P2POp(dist.isend, sbuf, nxt), dist.P2POp(dist.irecv, rbuf, prv)]
+                    for req in dist.batch_isend_irecv(ops):
+                        req.wait()
+                else:
+                    dist.all_to_all_single(rbuf, sbuf, async_op=True).wait()
+
+    def timed(stream, fn):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        fn()
+        end.record(stream)
+        return start, end
+
+    ok = True
+    traffic(3)  # connections, staging buffers
+    torch.cuda.synchronize()
+    t0, t1 = timed(side, lambda: traffic(iters))
+    torch.cuda.synchronize()
+    comm_alone = t0.elapsed_time(t1) / iters
+    gemms = max(1, int(sync_max(iters * comm_alone / mm.ms_per_gemm, device) + 0.999))
+    slowdowns, comm_beside = [], []
+    for r in range(rounds):
+        before = mm.time(gemms)
+        rbuf.fill_(float("nan"))
+        dist.barrier()
+        torch.cuda.synchronize()
+        g = timed(torch.cuda.current_stream(), lambda: mm.enqueue(gemms))
+        c = timed(side, lambda: traffic(iters))
+        torch.cuda.synchronize()
+        after = mm.time(gemms)
+        slowdowns.append(g[0].elapsed_time(g[1]) / ((before + after) / 2))
+        comm_beside.append(c[0].elapsed_time(c[1]) / iters)
+        if not torch.equal(rbuf, want):
+            ok = False
+            print(f"rank {rank}: overlap {kind} round {r} WRONG", flush=True)
+    bus = (world - 1) / world if kind == "alltoall" else 1.0
+    gbps = lambda ms: round(n * 4 * bus / (ms * 1e-3) / 1e9, 1)
+    slowdowns.sort()
+    return ok, {f"{kind}_slowdown": round(sync_max(slowdowns[len(slowdowns) // 2], device), 4),
+                f"{kind}_slowdowns": [round(x, 4) for x in slowdowns],
+                f"{kind}_gbps_alone": gbps(sync_max(comm_alone, device)),
+                f"{kind}_gbps_beside": gbps(sync_max(sorted(comm_beside)[rounds // 2], device)),
+                f"{kind}_gemms": gemms}
+
+
+class Matmuls:
+    """bf16 8192^3 matmuls on the current stream, random inputs (constant data
+    draws less power and would flatter every library)."""
+
+    def __init__(self, seed, device):
+        self.a = (seeded(seed, 8192, 8192, device=device) * 0.1).to(torch.bfloat16)
+        self.b = (seeded(seed + 1, 8192, 8192, device=device) * 0.1).to(torch.bfloat16)
+        self.c = torch.empty_like(self.a)
+        self.time(5)
+        self.ms_per_gemm = self.time(20) / 20
+
+    def enqueue(self, count):
+        for _ in range(count):
+            torch.mm(self.a, self.b, out=self.c)
+
+    def time(self, count):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.enqueue(count)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+
+def case_overlap(rep: Reporter, rank: int, world: int, device, seed: int):
+    mm = Matmuls(seed, device)
+    fields = {"tflops_alone": round(2 * 8192 ** 3 / (mm.ms_per_gemm * 1e-3) / 1e12, 1)}
+    ok = True
+    for kind in ("sendrecv", "alltoall"):
+        good, f = overlap_kind(kind, rank, world, device, seed, mm)
+        ok, fields = ok and good, {**fields, **f}
+    rep.emit("overlap", ok, **fields)
 
 
 def run_groups(rep: Reporter, name: str, rank: int, world: int, device, seed: int,

@@ -54,7 +54,8 @@ def verdict(recs, ranks):
 METRICS = ["step_ms", "median_ms", "host_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
            "host_ms_4096B", "host_ms_1048576B", "host_ms_16777216B", "host_ms_268435456B",
            "synced_ms_4096B", "synced_ms_1048576B",
-           "busbw_max", "wrong", "setup_s", "held_mib", "mib_per_group"]
+           "busbw_max", "wrong", "setup_s", "held_mib", "mib_per_group",
+           "sendrecv_slowdown", "alltoall_slowdown", "sendrecv_gbps_beside", "alltoall_gbps_beside"]
 
 
 def cell(recs, ranks):
@@ -151,7 +152,8 @@ def planned_by(run, name):
 # The times compared across libraries: (case prefix, metric).
 FOLDED = [("pipe.", "step_ms"), ("a2a", "median_ms"), ("a2a", "host_ms"), ("batch", "ms_16777216B"),
           ("batch", "ms_268435456B"), ("batch", "host_ms_16777216B"), ("blocking", "median_ms"),
-          ("fsdp2", "step_ms"), ("ddp", "step_ms")]
+          ("fsdp2", "step_ms"), ("ddp", "step_ms"), ("overlap", "sendrecv_slowdown"),
+          ("overlap", "alltoall_slowdown")]
 
 
 def base_mode(tag):

@@ -35,10 +35,11 @@ constexpr int kMaxKernelP2pBlocks = 128;
 // large one cost ~3 us per launch).
 constexpr int kSmallKernelP2pTasks = 32;
 constexpr int kSmallKernelP2pBlocks = 64;
-// Lanes per peer connection: at most this many, and at most what keeps a
-// group's blocks (<= 2 x nranks x lanes) within half of the SMs, so a kernel
-// p2p launch still fits beside a 64-channel collective kernel.
-constexpr int kMaxKernelP2pLanes = 8;
+// Lanes per peer connection: at most this many (the default is 8), and at
+// most what keeps a group's blocks (<= 2 x nranks x lanes) within half of the
+// SMs, so a kernel p2p launch still fits beside a 64-channel collective kernel.
+constexpr int kMaxKernelP2pLanes = 16;
+constexpr int kDefaultKernelP2pLanes = 8;
 constexpr int kKernelP2pLaneBlockBudget = 64;
 
 // Parts a message of `bytes` is cut into: one per `laneBytes`, at most `lanes`.

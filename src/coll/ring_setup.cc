@@ -83,10 +83,10 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   int64_t laneSlots = ctx.params->getInt(ParamId::P2pKernelLaneSlots);
   const int64_t llLaneBytes = ctx.params->getInt(ParamId::P2pLlLaneBytes);
   // Across hosts each lane is two network connections per peer: 2 lanes.
-  if (lanes == 0) lanes = cuda && ctx.topology->nHosts <= 1 ? algo::kMaxKernelP2pLanes : 2;
+  if (lanes == 0) lanes = cuda && ctx.topology->nHosts <= 1 ? algo::kDefaultKernelP2pLanes : 2;
   if (laneSlots == 0) laneSlots = res->nslots;
   if (lanes < 1 || lanes > algo::kMaxKernelP2pLanes || (lanes & (lanes - 1)) != 0) {
-    FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANES=%ld: must be 0, 1, 2, 4 or 8",
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANES=%ld: must be 0, 1, 2, 4, 8 or 16",
                static_cast<long>(lanes));
   }
   if (laneBytes < 1024) {

@@ -115,7 +115,7 @@
     "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
     "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \
   X(P2pKernelLanes, "FERRY_P2P_KERNEL_LANES", Int, "0",                                          \
-    "Kernel p2p lanes per peer (1, 2, 4, 8; 0: 8 on CUDA, 2 on host / across hosts), fewer when " \
+    "Kernel p2p lanes per peer (1, 2, 4, 8, 16; 0: 8 on CUDA, 2 on host / across hosts), fewer when " \
     "2 x ranks x lanes would pass 64 blocks; a message uses one lane per "                        \
     "FERRY_P2P_KERNEL_LANE_BYTES.")                                                               \
   X(P2pKernelLaneBytes, "FERRY_P2P_KERNEL_LANE_BYTES", Int, "16K",                                 \

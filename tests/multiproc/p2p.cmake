@@ -36,6 +36,10 @@ ferry_p2p_test(p2p.many.smfree.n2 2 many ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=
 ferry_p2p_test(p2p.many.lanes.n3 3 many)
 set_tests_properties(p2p.many.lanes.n3 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_LANES=8;FERRY_P2P_KERNEL_LANE_BYTES=1K")
+# 16 lanes (the most; 2 ranks keep them within the block budget).
+ferry_p2p_test(p2p.many.lanes16.n2 2 many)
+set_tests_properties(p2p.many.lanes16.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_LANES=16;FERRY_P2P_KERNEL_LANE_BYTES=1K")
 foreach(n 3 8)
   ferry_p2p_test(p2p.alltoall.lanes.n${n} ${n} alltoall)
   set(rounds 24)
