@@ -32,7 +32,7 @@ echo "built, $(left) s left"
 ntb=$!
 
 export CLIENT_MODES=${CLIENT_MODES:-nccl-lazy ferry-lazy}
-export CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,groups,p2pgroups,shrink}
+export CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap,groups,p2pgroups,shrink}
 export CLIENT_TIMEOUT=${CLIENT_TIMEOUT:-120} CLIENT_CASE_TIMEOUT=${CLIENT_CASE_TIMEOUT:-60}
 for st in ${STAGES:-clients nccltests gpu}; do
   echo "=== $st, $(left) s left"

@@ -27,8 +27,7 @@ torch's symmetric memory with the NCCL backend: ncclMemAlloc + window
 registration, then a checked all_reduce and send/recv ring on them),
 overlap (issue 16: bf16 8192^3 matmuls beside 40 x 256 MiB of
 batch_isend_irecv, then of all_to_all_single, from a side stream; the
-matmuls' slowdown against the same matmuls alone in the same round; not in
-the default list).
+matmuls' slowdown against the same matmuls alone in the same round).
 CLIENT_EMULATE_HOSTS=1: each rank claims its own host (NCCL_HOSTID, read
 by both libraries) and ranks share the GPUs there are, so one GPU runs the
 suite across two emulated hosts over loopback sockets (correctness, API
@@ -718,7 +717,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tag", default="run")
     ap.add_argument("--expect", choices=["ferry", "nccl", "any"], default="any")
-    ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking")
+    ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking,overlap")
     ap.add_argument("--schedules", default=",".join(SINGLE + LOOPED + V_SHAPED))
     ap.add_argument("--case-timeout", type=float, default=240)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("CLIENT_SEED", "4242")))
