@@ -146,7 +146,8 @@ bool GemmLoop::Impl::timeGemms(int count, double* seconds, std::string* error) {
 
 bool GemmLoop::measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
                                    const std::function<bool(std::string*)>& launchTraffic,
-                                   OverlapSample* sample, std::string* error) {
+                                   OverlapSample* sample, std::string* error,
+                                   const std::function<void()>& lineUp) {
   double unused = 0;
   if (impl_->secondsPerGemm <= 0 && !measureAlone(&unused, error)) return false;
   // Enough GEMMs to cover the traffic, so each measures the other under load.
@@ -158,6 +159,7 @@ bool GemmLoop::measureUnderTraffic(const Stream& traffic, int iters, double traf
   // would charge that drift to the traffic.
   double before = 0, after = 0;
   if (!impl_->timeGemms(gemms, &before, error)) return false;
+  if (lineUp) lineUp();
   EventPair g, t;
   if (!impl_->device.select(error) || !g.init(error) || !t.init(error)) return false;
   if (!cudaOk(cudaEventRecord(g.start, impl_->stream.get()), "cudaEventRecord", error) ||
@@ -199,7 +201,7 @@ bool GemmLoop::measureAlone(double*, std::string* error) {
 }
 bool GemmLoop::measureUnderTraffic(const Stream&, int, double,
                                    const std::function<bool(std::string*)>&, OverlapSample*,
-                                   std::string* error) {
+                                   std::string* error, const std::function<void()>&) {
   *error = "no GEMM";
   return false;
 }

@@ -34,10 +34,13 @@ class GemmLoop {
   // Runs `launchTraffic` `iters` times on `traffic` while GEMMs run beside it
   // (as many as cover the traffic's solo duration, trafficAloneSeconds), and
   // the same number of GEMMs alone right before and after (their mean is the
-  // sample's reference, so power and clock drift cancels out).
+  // sample's reference, so power and clock drift cancels out). `lineUp`, if
+  // given, runs between the GEMMs before and the shared window: ranks whose
+  // GPUs finished those at different times start the traffic together.
   bool measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
                            const std::function<bool(std::string*)>& launchTraffic,
-                           OverlapSample* sample, std::string* error);
+                           OverlapSample* sample, std::string* error,
+                           const std::function<void()>& lineUp = nullptr);
 
  private:
   struct Impl;

@@ -341,8 +341,12 @@ bool measureOverlap(Context& ctx, const OpCase& op, const std::vector<Shape>& sh
     return r == ncclSuccess;
   };
   OverlapSample sample;
+  // Lined up as the timed loop is: a rank whose GEMMs alone ended later
+  // would otherwise reach every exchange late (SM-free sends then miss their
+  // push waits and one GPU copies both directions).
+  const auto lineUp = [&] { lineUpRanks(ctx, where); };
   if (!ctx.gemm->measureUnderTraffic(ctx.streams[0], ctx.opt.iters, alone.timeUs / 1e6, launch,
-                                     &sample, error)) {
+                                     &sample, error, lineUp)) {
     return false;
   }
   o->ran = true;
