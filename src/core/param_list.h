@@ -83,6 +83,10 @@
   X(P2pSelfCopy, "FERRY_P2P_SELF_COPY", Int, "1",                                                 \
     "1: a group's sends to self and receives from self (e.g. all-to-all's own block) become one " \
     "stream-ordered copy each when they pair up one to one; 0: through the proxy like any peer.") \
+  X(P2pUserStreamCopy, "FERRY_P2P_USER_STREAM_COPY", Int, "0",                                   \
+    "1: a launch's only copy as the second side on a user stream that waits for it anyway runs "  \
+    "on that stream instead of its connection's copy stream (4 fewer CUDA calls per message; "    \
+    "not yet measured on GPUs); 0: on the connection's stream.")                                  \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs; the "    \
     "spin kernel still on the legacy NULL stream and with CUDA_DEVICE_MAX_CONNECTIONS=1), kernel " \

@@ -37,6 +37,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->rpcTimeoutMs_ = ctx.timeoutMs;
   e->zeroCopy_ = ctx.params->getInt(ParamId::P2pZeroCopy) != 0;
   e->selfCopy_ = ctx.params->getInt(ParamId::P2pSelfCopy) != 0;
+  e->userStreamCopy_ = ctx.params->getInt(ParamId::P2pUserStreamCopy) != 0;
   const std::string& wait = ctx.params->getString(ParamId::UserWait);
   // A parked wait-value blocks its hardware queue: with a single device
   // connection every stream shares that queue and stops behind it (NOTES.md

@@ -166,7 +166,11 @@ class P2pEngine {
   [[nodiscard]] Status stageSends(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                   Streams& streams, size_t stream);
   [[nodiscard]] Status copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                                    Streams& streams,
                                     const std::vector<std::shared_ptr<rt::Event>>& starts);
+  // FERRY_P2P_USER_STREAM_COPY: whether user stream `stream`'s copy as the
+  // second side runs on that stream (it holds exactly one, and waits for it).
+  [[nodiscard]] bool copiesOnUserStream(const std::vector<Op>& ops, size_t stream) const;
   [[nodiscard]] Status waitForPeers(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                     Streams& streams);
   void postWatches(const std::vector<Op>& ops);
@@ -194,6 +198,7 @@ class P2pEngine {
   bool spinWait_ = false;
   bool zeroCopy_ = true;                     // FERRY_P2P_ZERO_COPY
   bool selfCopy_ = true;                     // FERRY_P2P_SELF_COPY
+  bool userStreamCopy_ = false;              // FERRY_P2P_USER_STREAM_COPY
   bool stageSends_ = false;                  // see staging.h
   int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US

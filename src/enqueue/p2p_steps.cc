@@ -50,7 +50,7 @@ Status P2pEngine::runStep(Stepped& l, Step step) {
     }
     case Step::Copy: {
       ProfScope prof(profile_, ProfSlot::CopySecond);
-      s = copyAsSecond(l.tasks, l.ops, l.starts);
+      s = copyAsSecond(l.tasks, l.ops, l.streams, l.starts);
       break;
     }
     case Step::Finish:

@@ -46,25 +46,43 @@ Status P2pEngine::markReady(const std::vector<P2pTask>& tasks, std::vector<Op>& 
       FERRY_CHECK(streams[s]->writeValue64(op.conn->ctrl.dev(op.slot().ready), op.gen()));
     }
     if (!stageFirst) FERRY_CHECK(stageSends(tasks, ops, streams, s));
-    if (!anySecond) continue;
+    if (!anySecond || copiesOnUserStream(ops, s)) continue;
     FERRY_CHECK(newEvent(&(*starts)[s]));
     FERRY_CHECK((*starts)[s]->record(*streams[s]));
   }
   return ncclSuccess;
 }
 
+bool P2pEngine::copiesOnUserStream(const std::vector<Op>& ops, size_t stream) const {
+  if (!userStreamCopy_) return false;
+  int seconds = 0;
+  bool waits = true;
+  for (const Op& op : ops) {
+    if (op.stream != stream || op.first) continue;
+    ++seconds;
+    waits = waits && op.userStreamWaits();
+  }
+  // Two or more copies stay on their connections' streams, where they run
+  // side by side; a copy the stream does not wait for (a detached staged
+  // send's) must not hold the stream up.
+  return seconds == 1 && waits;
+}
+
 // This rank's copies as the second side, each on its connection's stream:
 // after the user's stream reached the group (event), after the first side
 // is ready (a GPU wait only if the CPU does not see its flag yet), then
-// `done` for the first side.
+// `done` for the first side. With FERRY_P2P_USER_STREAM_COPY a stream's only
+// copy runs on the user stream itself, already in order: no event either way.
 Status P2pEngine::copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                               Streams& streams,
                                const std::vector<std::shared_ptr<rt::Event>>& starts) {
   for (size_t i = 0; i < ops.size(); ++i) {
     Op& op = ops[i];
     if (op.first) continue;
     const P2pTask& t = tasks[i];
-    rt::Stream& c = *op.conn->stream;
-    FERRY_CHECK(c.waitEvent(*starts[op.stream]));
+    const bool onUser = copiesOnUserStream(ops, op.stream);
+    rt::Stream& c = onUser ? *streams[op.stream] : *op.conn->stream;
+    if (!onUser) FERRY_CHECK(c.waitEvent(*starts[op.stream]));
     // Acquire: the first side's bytes are complete once its flag is seen.
     op.gpuWaitReady = op.gpuWaitReady && op.slot().ready.load() < op.gen();
     if (op.gpuWaitReady) FERRY_CHECK(userWait(c, op.conn->ctrl, op.slot().ready, op.gen()));
@@ -75,14 +93,15 @@ Status P2pEngine::copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op
     }
     // Stream write: ordered after the copy, so the peer sees the bytes first.
     FERRY_CHECK(c.writeValue64(op.conn->ctrl.dev(op.slot().done), op.gen()));
-    if (op.userStreamWaits()) {
+    if (op.userStreamWaits() && !onUser) {
       FERRY_CHECK(newEvent(&op.copied));
       FERRY_CHECK(op.copied->record(c));
     }
-    FERRY_TRACE(kLogP2p, "%s peer %d: message %llu (%llu bytes) copied as the second side%s",
+    FERRY_TRACE(kLogP2p, "%s peer %d: message %llu (%llu bytes) copied as the second side%s%s",
                 op.send ? "send to" : "recv from", t.peer, static_cast<unsigned long long>(op.seq),
                 static_cast<unsigned long long>(t.bytes),
-                op.gpuWaitReady ? " after a GPU wait for the peer" : "");
+                op.gpuWaitReady ? " after a GPU wait for the peer" : "",
+                onUser ? " on the user stream" : "");
   }
   return ncclSuccess;
 }
