@@ -715,6 +715,10 @@ for s in $stages; do
     done
     ;;
   overlap)
+    # A GEMM's slowdown beside 256 MiB alltoall and sendrecv, Ferry beside
+    # NCCL: OVERLAP_ITERS messages per window (40), OVERLAP_ROUNDS rounds
+    # (1; use 3), OVERLAP_MODES module loading (LAZY). Each window is
+    # bracketed by the same GEMMs alone (ferry_bench/overlap.h).
     stage overlap
     for mode in ${OVERLAP_MODES:-LAZY}; do
       CUDA_MODULE_LOADING=$mode timeout 150 $run --timeout 140 $b/bench/ferry-bench alltoall,sendrecv \
