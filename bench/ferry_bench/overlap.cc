@@ -118,15 +118,11 @@ bool GemmLoop::init(const Device& device, size_t n, std::string* error) {
 
 bool GemmLoop::measureAlone(double* tflops, std::string* error) {
   constexpr int kWarmup = 3, kTimed = 10;
-  EventPair ev;
-  if (!impl_->device.select(error) || !ev.init(error) || !impl_->enqueue(kWarmup, error) ||
-      !cudaOk(cudaEventRecord(ev.start, impl_->stream.get()), "cudaEventRecord", error) ||
-      !impl_->enqueue(kTimed, error) ||
-      !cudaOk(cudaEventRecord(ev.stop, impl_->stream.get()), "cudaEventRecord", error) ||
-      !impl_->stream.synchronize(error)) {
+  double warmup = 0, timed = 0;
+  if (!impl_->timeGemms(kWarmup, &warmup, error) || !impl_->timeGemms(kTimed, &timed, error)) {
     return false;
   }
-  impl_->secondsPerGemm = ev.seconds() / kTimed;
+  impl_->secondsPerGemm = timed / kTimed;
   *tflops = impl_->secondsPerGemm > 0 ? impl_->flops() / impl_->secondsPerGemm / 1e12 : 0;
   return true;
 }

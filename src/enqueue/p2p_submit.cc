@@ -76,11 +76,13 @@ bool P2pEngine::copiesOnUserStream(const std::vector<Op>& ops, size_t stream) co
 Status P2pEngine::copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                Streams& streams,
                                const std::vector<std::shared_ptr<rt::Event>>& starts) {
+  std::vector<bool> userStream(streams.size());
+  for (size_t s = 0; s < streams.size(); ++s) userStream[s] = copiesOnUserStream(ops, s);
   for (size_t i = 0; i < ops.size(); ++i) {
     Op& op = ops[i];
     if (op.first) continue;
     const P2pTask& t = tasks[i];
-    const bool onUser = copiesOnUserStream(ops, op.stream);
+    const bool onUser = userStream[op.stream];
     rt::Stream& c = onUser ? *streams[op.stream] : *op.conn->stream;
     if (!onUser) FERRY_CHECK(c.waitEvent(*starts[op.stream]));
     // Acquire: the first side's bytes are complete once its flag is seen.
