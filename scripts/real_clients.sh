@@ -24,7 +24,7 @@
 # Diagnostic suffixes (Ferry modes): "-pw0" turns the push wait off
 # (FERRY_P2P_PUSH_WAIT_US=0), "-nb" keeps the push wait size-bound on busy
 # streams too (FERRY_P2P_PUSH_WAIT_BUSY=0), "-b2" ends a busy wait once the
-# stream goes idle (FERRY_P2P_PUSH_WAIT_BUSY=2), "-usc" copies as the second
+# stream goes idle (FERRY_P2P_PUSH_WAIT_BUSY=2), "-usc" / "-nousc" copy (or not) as the second
 # side on the user stream (FERRY_P2P_USER_STREAM_COPY=1), "-prof" prints each communicator's CPU profile
 # at its destroy (FERRY_PROFILE=1).
 # CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
@@ -64,6 +64,7 @@ mode_env() {
   case $1 in *-nb*) e="$e FERRY_P2P_PUSH_WAIT_BUSY=0" ;; esac
   case $1 in *-b2*) e="$e FERRY_P2P_PUSH_WAIT_BUSY=2" ;; esac
   case $1 in *-usc*) e="$e FERRY_P2P_USER_STREAM_COPY=1" ;; esac
+  case $1 in *-nousc*) e="$e FERRY_P2P_USER_STREAM_COPY=0" ;; esac
   case $1 in *-prof*) e="$e FERRY_PROFILE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" ;; esac
   echo "$e"
 }

@@ -35,12 +35,16 @@ constexpr int kMaxKernelP2pBlocks = 128;
 // large one cost ~3 us per launch).
 constexpr int kSmallKernelP2pTasks = 32;
 constexpr int kSmallKernelP2pBlocks = 64;
-// Lanes per peer connection: at most this many (the default is 8), and at
-// most what keeps a group's blocks (<= 2 x nranks x lanes) within half of the
-// SMs, so a kernel p2p launch still fits beside a 64-channel collective kernel.
+// Lanes per peer connection: at most this many (the default on CUDA, 16:
+// at 1-4 MiB on 2x H200 it beat 8 lanes by 10-20%, session 25), and at most
+// what keeps a group's blocks (<= 2 x nranks x lanes) within half of the
+// SMs, so a kernel p2p launch still fits beside a 64-channel collective
+// kernel (2 ranks: 16 lanes, 4: 8, 8: 4).
 constexpr int kMaxKernelP2pLanes = 16;
-constexpr int kDefaultKernelP2pLanes = 8;
+constexpr int kDefaultKernelP2pLanes = 16;
 constexpr int kKernelP2pLaneBlockBudget = 64;
+// The peer LL FIFO is sized for this many lanes; more lanes grow it.
+constexpr int kLlFifoLanes = 8;
 
 // Parts a message of `bytes` is cut into: one per `laneBytes`, at most `lanes`.
 FERRY_HD inline uint32_t p2pLaneCount(uint64_t bytes, uint32_t lanes, uint64_t laneBytes) {

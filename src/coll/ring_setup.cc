@@ -70,13 +70,39 @@ Status resolveFifo(const RingSetupContext& ctx, RingResources* res) {
   return ncclSuccess;
 }
 
-// Kernel p2p lanes per peer: the knob (0: 8 on CUDA, 2 on the host runtime),
+// The peers part's FIFO (FERRY_P2P_FIFO_BYTES), apart from the collective
+// rings': kernel p2p at 1-8 MiB needs a lane slot of ~256 KiB on 16 lanes
+// to beat NVIDIA's NCCL (2x H200, bench/RESULTS.md session 25), four times
+// what the rings' default gives. Same slot count as the rings.
+Status resolvePeerFifo(const RingSetupContext& ctx, RingResources* res) {
+  const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
+  int64_t f = ctx.params->getInt(ParamId::P2pFifoBytes);
+  if (f == 0) {
+    if (!cuda) return ncclSuccess;  // the collective FIFO's size
+    f = 8LL << 20;
+  }
+  const int64_t unit = static_cast<int64_t>(res->nslots) * 16;
+  if (f < (64LL << 10) || f > (1LL << 30) || f % unit != 0) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "FERRY_P2P_FIFO_BYTES=%ld: must be a multiple of %ld (16 x FERRY_COLL_SLOTS) in "
+               "[64K, 1G]",
+               static_cast<long>(f), static_cast<long>(unit));
+  }
+  res->slotBytes = static_cast<uint64_t>(f) / res->nslots;
+  return ncclSuccess;
+}
+
+// Kernel p2p lanes per peer: the knob (0: 16 on CUDA, 2 on the host runtime),
 // halved until every (peer, direction, lane) block of a group fits the lane
 // block budget and a lane's slot stays a multiple of 16 of at least 1 KiB.
 // Each lane gets 1/lanes of the peer's FIFO, cut into `laneSlots` slots
 // (FERRY_P2P_KERNEL_LANE_SLOTS; 0: the collective slot count). A function of
-// the knobs and the rank count only: every rank must agree.
-Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res) {
+// the knobs and the rank count only: every rank must agree. For the peers
+// part (`peers`) the LL FIFO grows past 8 lanes, so that a lane's LL slot
+// still holds a whole FERRY_P2P_LL_LANE_BYTES part (at 16 lanes and the
+// rings' LL size, 16-64 KiB messages took two slots a part: 1.06x NCCL
+// instead of 1.25x, session 24).
+Status resolveLanes(const RingSetupContext& ctx, int nranks, bool peers, RingResources* res) {
   const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
   int64_t lanes = ctx.params->getInt(ParamId::P2pKernelLanes);
   int64_t laneBytes = ctx.params->getInt(ParamId::P2pKernelLaneBytes);
@@ -122,6 +148,9 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, RingResources* res)
   res->p2pLaneBytes = static_cast<uint64_t>(laneBytes);
   res->p2pLaneSlots = static_cast<uint32_t>(laneSlots);
   res->p2pLaneSlotBytes = laneSlotBytes(lanes);
+  if (peers && lanes > algo::kLlFifoLanes) {
+    res->llSlotBytes *= static_cast<uint64_t>(lanes / algo::kLlFifoLanes);
+  }
   // LL: two slots per lane (a part of up to llLaneBytes fits one when the
   // lane's share allows), whole 32-byte units (16 payload bytes).
   const uint64_t peerLlFifo = static_cast<uint64_t>(res->nslots) * res->llSlotBytes;
@@ -455,7 +484,8 @@ Status describePart(const RingSetupContext& ctx, RingPart part, RingResources* r
   res->ringOrder = t.ringOrder;
   res->nchannels = peers ? 0 : resolveChannels(ctx);
   FERRY_CHECK(resolveFifo(ctx, res));
-  FERRY_CHECK(resolveLanes(ctx, n, res));
+  if (peers) FERRY_CHECK(resolvePeerFifo(ctx, res));
+  FERRY_CHECK(resolveLanes(ctx, n, peers, res));
   // A protocol's part has no FIFOs of the other (peers: both).
   if (part == RingPart::Ll) res->slotBytes = 0;
   if (part == RingPart::Simple) res->llSlotBytes = 0;

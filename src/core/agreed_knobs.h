@@ -26,6 +26,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::P2pKernelLanes,
     ParamId::P2pKernelLaneBytes,
     ParamId::P2pKernelLaneSlots,
+    ParamId::P2pFifoBytes,
     ParamId::P2pKernelAcrossHosts,
     ParamId::P2pLlMaxBytes,
     ParamId::P2pLlLaneBytes,

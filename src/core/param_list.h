@@ -83,10 +83,10 @@
   X(P2pSelfCopy, "FERRY_P2P_SELF_COPY", Int, "1",                                                 \
     "1: a group's sends to self and receives from self (e.g. all-to-all's own block) become one " \
     "stream-ordered copy each when they pair up one to one; 0: through the proxy like any peer.") \
-  X(P2pUserStreamCopy, "FERRY_P2P_USER_STREAM_COPY", Int, "0",                                   \
+  X(P2pUserStreamCopy, "FERRY_P2P_USER_STREAM_COPY", Int, "1",                                   \
     "1: a launch's only copy as the second side on a user stream that waits for it anyway runs "  \
-    "on that stream instead of its connection's copy stream (4 fewer CUDA calls per message; "    \
-    "not yet measured on GPUs); 0: on the connection's stream.")                                  \
+    "on that stream instead of its connection's copy stream (4 fewer CUDA calls per message); "   \
+    "0: on the connection's stream.")                                  \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs; the "    \
     "spin kernel still on the legacy NULL stream and with CUDA_DEVICE_MAX_CONNECTIONS=1), kernel " \
@@ -115,16 +115,20 @@
     "phases) per communicator; printed at destroy/abort (INFO, subsystem INIT or P2P).")        \
   X(P2pTimeout, "FERRY_P2P_TIMEOUT", Int, "1800",                                                  \
     "Seconds an SM-free message may wait for its peer before failing (0: no limit).")           \
-  X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "2M",                                 \
+  X(P2pKernelMaxBytes, "FERRY_P2P_KERNEL_MAX_BYTES", Int, "4M",                                 \
     "With NCCL_PASS_SM=1, messages of 1..this many bytes go through kernel p2p (lower latency, "  \
     "measured) in communicators of <= 32 ranks; larger ones SM-free. 0: all SM-free.")            \
   X(P2pKernelLanes, "FERRY_P2P_KERNEL_LANES", Int, "0",                                          \
-    "Kernel p2p lanes per peer (1, 2, 4, 8, 16; 0: 8 on CUDA, 2 on host / across hosts), fewer when " \
+    "Kernel p2p lanes per peer (1, 2, 4, 8, 16; 0: 16 on CUDA, 2 on host / across hosts), fewer when " \
     "2 x ranks x lanes would pass 64 blocks; a message uses one lane per "                        \
     "FERRY_P2P_KERNEL_LANE_BYTES.")                                                               \
   X(P2pKernelLaneBytes, "FERRY_P2P_KERNEL_LANE_BYTES", Int, "16K",                                 \
     "Kernel p2p: a message of B bytes is cut into min(lanes, B / this) parts, one thread block " \
     "each (at least 1K).")                                                                        \
+  X(P2pFifoBytes, "FERRY_P2P_FIFO_BYTES", Int, "0",                                                \
+    "Kernel p2p: bytes of each peer's FIFO, split among its lanes (a multiple of 16 x "          \
+    "FERRY_COLL_SLOTS, 64K..1G); 0: 8M on CUDA, FERRY_COLL_SLOTS x FERRY_COLL_SLOT_BYTES on the " \
+    "host runtime.")                                                                              \
   X(P2pKernelLaneSlots, "FERRY_P2P_KERNEL_LANE_SLOTS", Int, "2",                                  \
     "Kernel p2p: FIFO slots per lane (even, 2..64), cut from the lane's 1/lanes share of the "    \
     "peer FIFO; 0: FERRY_COLL_SLOTS.")                                                            \

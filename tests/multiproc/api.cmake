@@ -35,6 +35,7 @@ ferry_api_test(api.badknob.lanes.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANES
 ferry_api_test(api.badknob.laneslots.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANE_SLOTS=3)
 ferry_api_test(api.badknob.lanebytes.n2 2 badknob ENVIRONMENT FERRY_P2P_KERNEL_LANE_BYTES=100)
 ferry_api_test(api.badknob.slots.n2 2 badknob ENVIRONMENT FERRY_COLL_SLOTS=3)
+ferry_api_test(api.badknob.p2pfifo.n2 2 badknob ENVIRONMENT FERRY_P2P_FIFO_BYTES=100000)
 # A knob every rank must set alike, set differently by one rank: init fails
 # on every rank with ncclInvalidUsage naming it (instead of a hang later).
 # The second sets a default on one rank only: NCCL_P2P_LL_THRESHOLD means

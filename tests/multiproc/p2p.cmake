@@ -40,6 +40,11 @@ set_tests_properties(p2p.many.lanes.n3 PROPERTIES
 ferry_p2p_test(p2p.many.lanes16.n2 2 many)
 set_tests_properties(p2p.many.lanes16.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_LANES=16;FERRY_P2P_KERNEL_LANE_BYTES=1K")
+# The peers' own FIFO size (FERRY_P2P_FIFO_BYTES), apart from the rings':
+# 128 KiB over 16 lanes is 4 KiB slots, so most messages wrap a lane's FIFO.
+ferry_p2p_test(p2p.many.p2pfifo.n2 2 many)
+set_tests_properties(p2p.many.p2pfifo.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_FIFO_BYTES=128K;FERRY_P2P_KERNEL_LANES=16;FERRY_P2P_KERNEL_LANE_BYTES=1K")
 foreach(n 3 8)
   ferry_p2p_test(p2p.alltoall.lanes.n${n} ${n} alltoall)
   set(rounds 24)
@@ -157,22 +162,23 @@ ferry_p2p_test(p2p.stress.smfree.n4 4 stress ENVIRONMENT FERRY_P2P_KERNEL_MAX_BY
 ferry_p2p_test(p2p.unbatched.smfree.n2 2 unbatched ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 # GPipe's pattern: 8 unbatched sends run ahead of receives taken one at a time.
 ferry_p2p_test(p2p.pipeline.n2 2 pipeline)
-# FERRY_P2P_USER_STREAM_COPY: a stream's only second-side copy runs on the
-# user stream (no events); groups with several keep the copy streams.
-# p2p.usc.trace.n2 (unbatched orders, data checked) counts the TRACE lines
-# that prove the path ran (8 on the host runtime; stress.n3 takes it 7
-# times in 240 copies).
+# FERRY_P2P_USER_STREAM_COPY (default 1): a stream's only second-side copy
+# runs on the user stream (no events); groups with several keep the copy
+# streams. The `.nousc.` cases keep the connection-stream path (0) covered;
+# the defaults cover the user-stream path. p2p.usc.trace.n2 (unbatched
+# orders, data checked) counts the TRACE lines that prove the path ran (8
+# on the host runtime; stress.n3 takes it 7 times in 240 copies).
 foreach(case_n stress:3 alltoall:3 pipeline:2 mixes:2)
   string(REPLACE ":" ";" cn ${case_n})
   list(GET cn 0 case)
   list(GET cn 1 n)
-  ferry_p2p_test(p2p.${case}.usc.n${n} ${n} ${case})
-  set_tests_properties(p2p.${case}.usc.n${n} PROPERTIES ENVIRONMENT
-    "FERRY_P2P_USER_STREAM_COPY=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=40")
+  ferry_p2p_test(p2p.${case}.nousc.n${n} ${n} ${case})
+  set_tests_properties(p2p.${case}.nousc.n${n} PROPERTIES ENVIRONMENT
+    "FERRY_P2P_USER_STREAM_COPY=0;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=40")
 endforeach()
-ferry_p2p_test(p2p.unbatched.usc.staged.n2 2 unbatched)
-set_tests_properties(p2p.unbatched.usc.staged.n2 PROPERTIES ENVIRONMENT
-  "FERRY_P2P_USER_STREAM_COPY=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
+ferry_p2p_test(p2p.unbatched.nousc.staged.n2 2 unbatched)
+set_tests_properties(p2p.unbatched.nousc.staged.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_USER_STREAM_COPY=0;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
 add_test(NAME p2p.usc.trace.n2
   COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
 $<TARGET_FILE:mp_p2p> unbatched 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
