@@ -460,8 +460,12 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
                "kernel point-to-point to ranks on other hosts needs NCCL_PASS_SM=0 or "
                "FERRY_P2P_KERNEL_ACROSS_HOSTS=1 at init (and a network engine)");
   }
+  std::vector<P2pTask> redirected;
+  std::vector<StagedSend> staged;
+  FERRY_CHECK(inPlace_.stage(runtime_, tasks, &redirected, &staged));
+  const std::vector<P2pTask>& use = staged.empty() ? tasks : redirected;
   P2pPlan plan;
-  FERRY_CHECK(planP2p(tasks, peers_, p2pLlMaxBytes_, &plan));
+  FERRY_CHECK(planP2p(use, peers_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
   if (proxy_ != nullptr) proxy_->kick();  // lanes across hosts: as launch()'s ring hops
   if (connector_) {
@@ -470,15 +474,15 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;
     fillP2pArgs(plan, &args);
-    return launchP2pArgs(tasks, &args, sizeof(args), args.nblocks, rt::kP2pSmallArgs);
+    return launchP2pArgs(use, &args, sizeof(args), args.nblocks, rt::kP2pSmallArgs, staged);
   }
   auto args = std::make_unique<algo::P2pArgs>();
   fillP2pArgs(plan, args.get());
-  return launchP2pArgs(tasks, args.get(), sizeof(*args), args->nblocks, 0);
+  return launchP2pArgs(use, args.get(), sizeof(*args), args->nblocks, 0, staged);
 }
 
 Status CollEngine::launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, size_t argBytes,
-                                 int nblocks, int layout) {
+                                 int nblocks, int layout, const std::vector<StagedSend>& staged) {
   // The launch stream and the group's other streams (joined around it).
   std::vector<void*> handles;
   std::vector<std::unique_ptr<rt::Stream>> streams;
@@ -497,6 +501,9 @@ Status CollEngine::launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, 
   }
   bool capturing = false;
   FERRY_CHECK(orderAfterPrevious(main, handles[0], &capturing));
+  // After every group stream's earlier work (the joins) and this engine's
+  // previous launch (which may still read the reused scratch).
+  for (const StagedSend& c : staged) FERRY_CHECK(main.copyAsync(c.scratch, c.user, c.bytes));
   rt::KernelLaunch k;
   void* argv[1] = {args};
   const size_t sizes[1] = {argBytes};

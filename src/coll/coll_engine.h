@@ -29,6 +29,7 @@
 #include "coll/ring_setup.h"
 #include "enqueue/p2p_engine.h"
 #include "algo/p2p_kernel.h"
+#include "coll/p2p_inplace.h"
 #include "runtime/runtime.h"
 
 namespace ferry {
@@ -161,8 +162,11 @@ class CollEngine {
   template <class Args>
   void fillP2pArgs(const P2pPlan& plan, Args* a) const;
   // layout: rt::kP2pSmallArgs for algo::P2pArgsSmall, 0 for algo::P2pArgs.
+  // `staged`: copies into in-place scratch, made on the launch stream
+  // after the joins and before the kernel.
   [[nodiscard]] Status launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, size_t argBytes,
-                                     int nblocks, int layout);
+                                     int nblocks, int layout,
+                                     const std::vector<StagedSend>& staged);
 
   void hopFailed(int peer, const std::string& why);
   [[nodiscard]] Status waitKernels(int64_t timeoutMs);
@@ -180,6 +184,7 @@ class CollEngine {
   // Kernel p2p's connections on first use per peer (null: made at init in
   // peers_'s region). Declared after peers_: destroyed first.
   std::unique_ptr<PeerConnector> connector_;
+  InPlaceStager inPlace_;  // kernel p2p sends that a receive of the launch overwrites
   bool ringPossible_ = true;
   bool connectDone_[2] = {false, false};
   Status connectStatus_[2] = {ncclSuccess, ncclSuccess};

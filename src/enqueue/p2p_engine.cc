@@ -237,14 +237,17 @@ Status P2pEngine::mapPeerBuffer(int peer, const PostInfo& info, std::shared_ptr<
 // when the peer can reach it, else a staging block (staging.h says when).
 // A peer in this process on another device reaches plain cudaMalloc memory
 // (peer access is on) but not pool or cuMem memory: those are staged too.
-Status P2pEngine::describeFirst(const P2pTask& task, Op& op, PostInfo* info) {
+// So is a send that a receive of its group overwrites: in an in-place swap
+// each side's copy would read the buffer the other's writes (a cycle no
+// ordering breaks; found by p2p.inplace.*, session 25).
+Status P2pEngine::describeFirst(const P2pTask& task, bool overlapsReceive, Op& op, PostInfo* info) {
   memset(info, 0, sizeof(*info));
   info->bytes = task.bytes;
   info->localPtr = reinterpret_cast<uint64_t>(task.buffer);
   info->kind = static_cast<uint32_t>(PostKind::Local);
   if (task.bytes == 0) return ncclSuccess;
   const bool local = op.conn->samePeerProcess;
-  const bool stageSend = op.send && stageSends_;
+  const bool stageSend = op.send && (stageSends_ || overlapsReceive);
   bool direct = false;
   if (!stageSend &&
       (!local || (task.peer != myRank_ && runtime_->kind() == rt::RuntimeKind::Cuda))) {
@@ -296,7 +299,9 @@ Status P2pEngine::claimOne(const P2pTask& task, bool overlapsReceive, Op& op) {
   RendezvousLimits limits{opTimeoutNs_, abortFlag_, task.peer};
   FERRY_CHECK(awaitSlot(ctrl, op.seq, limits));
   PostInfo mine{};
-  if (!peerPosted(ctrl, op.send, op.seq, &op.peer)) FERRY_CHECK(describeFirst(task, op, &mine));
+  if (!peerPosted(ctrl, op.send, op.seq, &op.peer)) {
+    FERRY_CHECK(describeFirst(task, overlapsReceive, op, &mine));
+  }
   FERRY_CHECK(claimMessage(ctrl, op.send, op.seq, mine, &op.first, &op.peer));
   op.claimed = true;
   if (op.first) return ncclSuccess;
@@ -309,9 +314,9 @@ Status P2pEngine::claimOne(const P2pTask& task, bool overlapsReceive, Op& op) {
   op.gpuWaitReady = op.slot().ready.load() < op.gen();  // acquire
   // A second sender pushes from its own buffer: its receiver has posted,
   // so the push waits only for work the receiver already submitted (as a
-  // send kernel would). Under staging it still stages when the group
-  // receives into its bytes (staged sends read them first).
-  if (op.send && stageSends_ && overlapsReceive && task.bytes > 0) {
+  // send kernel would). It still stages when the group receives into its
+  // bytes (staged sends read them first), whatever the mode.
+  if (op.send && overlapsReceive && task.bytes > 0) {
     PostInfo unused;
     op.pool = &poolFor(*op.conn);
     op.detached = true;

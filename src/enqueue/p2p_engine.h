@@ -157,7 +157,10 @@ class P2pEngine {
   // Whether a fence recorded on user stream `stream` has not passed yet.
   [[nodiscard]] bool streamBusy(void* stream) const;
   [[nodiscard]] Status claimOne(const P2pTask& task, bool overlapsReceive, Op& op);
-  [[nodiscard]] Status describeFirst(const P2pTask& task, Op& op, PostInfo* info);
+  // `overlapsReceive`: a receive of the same group writes into the send's
+  // bytes (an in-place exchange): the send stages whatever the mode.
+  [[nodiscard]] Status describeFirst(const P2pTask& task, bool overlapsReceive, Op& op,
+                                     PostInfo* info);
   [[nodiscard]] Status reachPeerBytes(const P2pTask& task, Op& op);
   void failClaimed(std::vector<Op>& ops, Status s);
   // Phases 1-4 of the header comment.

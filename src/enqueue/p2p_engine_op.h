@@ -27,7 +27,10 @@ struct P2pEngine::Op {
   // Second: the first side's bytes, as this process addresses them.
   char* remote = nullptr;
   std::shared_ptr<PeerMapping> mapping;
-  bool gpuWaitReady = false;          // second: the peer's `ready` is not yet visible
+  bool gpuWaitReady = false;  // second: the peer's `ready` is not yet visible
+  // Its user stream also runs a self copy of the launch (all-to-all's own
+  // block): a copy as the second side stays off that stream, beside it.
+  bool streamCopiesSelf = false;
   std::shared_ptr<rt::Event> copied;  // second: recorded after the copy
 
   uint64_t gen() const { return seq + 1; }

@@ -30,6 +30,11 @@ Status P2pEngine::beginLocal(const std::vector<P2pTask>& tasks, Stepped& l) {
       FERRY_CHECK(streamFor(l.tasks[i].stream, l.handles, l.streams, &l.ops[i].stream));
     }
   }
+  for (const SelfPair& p : l.pairs) {  // copied on the receives' streams
+    for (size_t i = 0; i < l.tasks.size(); ++i) {
+      if (l.tasks[i].stream == l.all[p.second].stream) l.ops[i].streamCopiesSelf = true;
+    }
+  }
   ProfScope prof(profile_, ProfSlot::Claim);
   return claimPass(l.tasks, l.ops, false);  // a failure fails what it claimed
 }

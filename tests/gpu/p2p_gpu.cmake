@@ -44,7 +44,16 @@ ferry_gpu_p2p_test(gpu.p2p.stress.smfree stress ENVIRONMENT FERRY_P2P_KERNEL_MAX
 # Staged sends whose receive lands in the send buffer itself (not yet run on
 # a GPU when written: session 4 had no device time left).
 ferry_gpu_p2p_test(gpu.p2p.swap.staged swap)
-set_tests_properties(gpu.p2p.swap.staged PROPERTIES ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
+set_tests_properties(gpu.p2p.swap.staged PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0")
+# In-place exchanges on every path (kernel p2p stages such sends first).
+ferry_gpu_p2p_test(gpu.p2p.inplace inplace)
+ferry_gpu_p2p_test(gpu.p2p.inplace.kernel inplace ENVIRONMENT NCCL_PASS_SM=0)
+# Eager loading: no staging by default, so the SM-free path must stage
+# in-place sends by itself (it did not before session 25).
+ferry_gpu_p2p_test(gpu.p2p.inplace.eager inplace)
+set_tests_properties(gpu.p2p.inplace.eager PROPERTIES ENVIRONMENT
+  "CUDA_MODULE_LOADING=EAGER;FERRY_P2P_KERNEL_MAX_BYTES=0")
 # A staged send's buffer overwritten on its stream right away; the stress mix
 # staged and all SM-free.
 ferry_gpu_p2p_test(gpu.p2p.overwrite.staged overwrite ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)

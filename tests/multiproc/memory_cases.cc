@@ -211,7 +211,7 @@ void caseWindow(const Ctx& ctx) {
   const int n = ctx.env.nranks, me = ctx.env.rank;
   ncclComm_t world = worldComm(ctx);
   const uint64_t seed = agreedSeed(world, ctx);
-  const size_t count = (size_t{3} << 20) / sizeof(float) + seed % 4096;  // > 2 MiB: SM-free
+  const size_t count = (size_t{5} << 20) / sizeof(float) + seed % 4096;  // > 4 MiB: SM-free
   const size_t bytes = count * sizeof(float);
   TestBuffer sendMem(bytes, BufferKind::Mapped),
       recvMem(bytes, BufferKind::Mapped);  // ncclMemAlloc
@@ -246,7 +246,7 @@ void caseWindow(const Ctx& ctx) {
   EXPECT_OK(ncclFerryCommPeerStats(world, next, &before));
   const int rounds = 3;
   for (int r = 0; r < rounds; ++r) {
-    // SM-free: above FERRY_P2P_KERNEL_MAX_BYTES' 2 MiB default.
+    // SM-free: above FERRY_P2P_KERNEL_MAX_BYTES' 4 MiB default.
     exchange(world, me, next, (me + n - 1) % n, sendMem, recvMem, count,
              seed + 17 * static_cast<uint64_t>(r), "window message");
   }

@@ -95,9 +95,9 @@ size_t randomBytes(Rng& rng) {
     case 1:
       return rng.below(64 << 10);  // kernel p2p, LL
     case 2:
-      return rng.below(2 << 20);  // kernel p2p, FIFO protocol
+      return rng.below(4 << 20);  // kernel p2p, FIFO protocol
     default:
-      return (2 << 20) + rng.below(3 << 20);  // SM-free copy engines
+      return (4 << 20) + 1 + rng.below(3 << 20);  // SM-free copy engines
   }
 }
 
@@ -231,7 +231,7 @@ void caseMixed(Devices& g, Rng& rng) {
 void caseNoGroup(Devices& g, Rng& rng) {
   const int n = g.n;
   for (uint64_t round = 0; round < 8; ++round) {
-    size_t bytes = (size_t{2} << 20) + 1 + rng.below(size_t{3} << 20);
+    size_t bytes = (size_t{4} << 20) + 1 + rng.below(size_t{3} << 20);
     std::vector<std::unique_ptr<Message>> out, in;
     for (int d = 0; d < n; ++d) {
       setDevice(d);

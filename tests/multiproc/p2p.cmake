@@ -99,7 +99,13 @@ set_tests_properties(p2p.stress.staged.n3 PROPERTIES
   ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
 ferry_p2p_test(p2p.swap.staged.n2 2 swap)
 set_tests_properties(p2p.swap.staged.n2 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1")
+  ENVIRONMENT "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0")
+# In-place exchanges (a receive into the send's own bytes, whole or shifted)
+# on every path: the default mix, all kernel p2p, all SM-free.
+ferry_p2p_test(p2p.inplace.n2 2 inplace)
+ferry_p2p_test(p2p.inplace.n3 3 inplace)
+ferry_p2p_test(p2p.inplace.kernel.n2 2 inplace ENVIRONMENT NCCL_PASS_SM=0)
+ferry_p2p_test(p2p.inplace.smfree.n3 3 inplace ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 # The send buffer overwritten on the send's stream right after a staged send.
 ferry_p2p_test(p2p.overwrite.staged.n2 2 overwrite ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 # The push wait's floor (FERRY_P2P_PUSH_WAIT_MIN_US) catches a receiver 20 ms
@@ -185,6 +191,16 @@ $<TARGET_FILE:mp_p2p> unbatched 2>&1) || { echo \"$out\" | tail -20; exit 1; }; 
 n=$(echo \"$out\" | grep -c 'second side.*on the user stream'); echo \"$n copies on user streams\"; [ \"$n\" -ge 1 ]")
 set_tests_properties(p2p.usc.trace.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
   "FERRY_P2P_USER_STREAM_COPY=1;FERRY_P2P_KERNEL_MAX_BYTES=0;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
+# ...but never beside a self copy on the same stream (all-to-all's own
+# block): the two run side by side on different streams (4 of the copies in
+# this run went to the user stream before that rule).
+add_test(NAME p2p.usc.self.n2
+  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
+u=$(echo \"$out\" | grep -c 'second side.*on the user stream'); s=$(echo \"$out\" | grep -c 'self: '); \
+echo \"$u user-stream copies, $s launches with self copies\"; [ \"$u\" -eq 0 ] && [ \"$s\" -ge 1 ]")
+set_tests_properties(p2p.usc.self.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=5;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
 # A receiver late by habit: the staged sender stops its bounded push wait
 # after 3 misses in a row (P2pEngine::awaitReceiver), so of its 8 sends at
 # most 4 wait (the first may find its receive posted); without that rule

@@ -729,6 +729,7 @@ int main(int argc, char** argv) {
       {"abort", caseAbortInFlight},
       {"timeout", caseTimeout},
       {"swap", caseSwap},
+      {"inplace", caseInPlace},
       {"many", caseMany},
       {"ktimeout", caseKernelTimeout},
       {"self", caseSelf},
