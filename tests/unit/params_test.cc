@@ -92,7 +92,7 @@ TEST(AgreedKnobs, DifferentValueOrExplicitDefaultIsRefusedByName) {
   AgreedKnobs one = collectAgreedKnobs(Params::fromValues({{"FERRY_P2P_KERNEL_MAX_BYTES", "1M"}}));
   EXPECT_EQ(compareAgreedKnobs(none, 0, one, 3), ncclInvalidUsage);
   EXPECT_NE(lastWarning().find("FERRY_P2P_KERNEL_MAX_BYTES differs between rank 0 (unset, "
-                               "default 2M) and rank 3 (set to 1048576)"),
+                               "default 4M) and rank 3 (set to 1048576)"),
             std::string::npos)
       << lastWarning();
   AgreedKnobs dflt = collectAgreedKnobs(Params::fromValues({{"NCCL_PASS_SM", "1"}}));
