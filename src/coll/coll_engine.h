@@ -88,8 +88,8 @@ class CollEngine {
   // device memory, or host shared memory with SHM), and the collective
   // channels' share of it (0 until the first collective, by default).
   uint64_t regionBytes() const {
-    return peers_.regionBytes + (connector_ ? connector_->bytesHeld() : 0) +
-           inPlace_.bytesHeld() + ringBytes(&RingResources::regionBytes);
+    return peers_.regionBytes + (connector_ ? connector_->bytesHeld() : 0) + inPlace_.bytesHeld() +
+           ringBytes(&RingResources::regionBytes);
   }
   uint64_t collectiveFifoBytes() const { return ringBytes(&RingResources::collectiveFifoBytes); }
   bool regionInHostMemory() const { return peers_.shm || rings_[0].shm || rings_[1].shm; }
