@@ -13,3 +13,7 @@ endforeach()
 ferry_gpu_multidev_test(gpu.multidev.p2p.eager p2p "CUDA_MODULE_LOADING=EAGER")
 ferry_gpu_multidev_test(gpu.multidev.p2p.kernel p2p "NCCL_PASS_SM=0")
 ferry_gpu_multidev_test(gpu.multidev.mixed.smfree mixed "FERRY_P2P_KERNEL_MAX_BYTES=0")
+# In-place rings (session 25; not yet run on GPUs when written).
+ferry_gpu_multidev_test(gpu.multidev.inplace inplace)
+ferry_gpu_multidev_test(gpu.multidev.inplace.eager inplace
+  "CUDA_MODULE_LOADING=EAGER;FERRY_P2P_KERNEL_MAX_BYTES=0")

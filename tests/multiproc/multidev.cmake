@@ -30,3 +30,7 @@ ferry_multidev_test(multidev.p2p.staged.n2 p2p 2 "FERRY_P2P_STAGE_SENDS=1")
 ferry_multidev_test(multidev.p2p.pushes.n3 p2p 3
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_EXPECT_PUSHES=1")
 ferry_multidev_test(multidev.mixed.shm.n3 mixed 3 "NCCL_P2P_DISABLE=1")
+# In-place rings over every communicator of the process, every path.
+ferry_multidev_test(multidev.inplace.n3 inplace 3)
+ferry_multidev_test(multidev.inplace.kernel.n2 inplace 2 "NCCL_PASS_SM=0")
+ferry_multidev_test(multidev.inplace.smfree.n4 inplace 4 "FERRY_P2P_KERNEL_MAX_BYTES=0")

@@ -8,7 +8,7 @@
 // device that is not current: "invalid resource handle"), so this runs in
 // CI; tests/gpu/multidev_gpu.cmake runs it on GPUs.
 //
-// Usage: mp_multidev <coll|p2p|mixed|nogroup> [ndev]   (one process, no ferry-run)
+// Usage: mp_multidev <coll|p2p|mixed|nogroup|inplace> [ndev]   (one process, no ferry-run)
 // Every payload is fresh random data recomputed independently by the
 // checker; outputs are poisoned first.
 #include <algorithm>
@@ -278,13 +278,69 @@ void caseNoGroup(Devices& g, Rng& rng) {
   }
 }
 
+// In-place rings in one group over every communicator: device d sends its
+// buffer to d+1 and receives into the same buffer (whole, or shifted into
+// the send's bytes) from d-1, at sizes on every path (LL and FIFO kernel
+// p2p, SM-free). Peers in this process copy straight between each other's
+// buffers unless the send is staged first: without that, d's bytes were
+// overwritten by d-1's before d+1 read them (session 25).
+void caseInPlaceRings(Devices& g, Rng& rng) {
+  const int n = g.n;
+  const size_t sizes[] = {3, 1500, 60 << 10, 700 << 10, 3 << 20, 5 << 20};
+  for (uint64_t round = 0; round < 12; ++round) {
+    const size_t base = sizes[round % (sizeof(sizes) / sizeof(sizes[0]))];
+    const size_t bytes = base + rng.below(base / 8 + 1);
+    const size_t shift = round % 2 == 1 ? std::min<size_t>(bytes / 3, 4096) : 0;
+    std::vector<std::unique_ptr<TestBuffer>> bufs;
+    std::vector<std::vector<uint8_t>> mine(n, std::vector<uint8_t>(bytes));
+    for (int d = 0; d < n; ++d) {
+      setDevice(d);
+      bufs.push_back(std::make_unique<TestBuffer>(bytes + shift, BufferKind::Mapped));
+      expectedPayload(g.worlds[d], 600 + round, d, (d + 1) % n, mine[d].data(), bytes);
+      std::vector<uint8_t> init(bytes + shift, 0xa5);
+      std::copy(mine[d].begin(), mine[d].end(), init.begin());
+      bufs[d]->upload(init.data(), init.size());
+      uploadsDone();
+    }
+    setDevice(g.caller);
+    EXPECT_OK(ncclGroupStart());
+    for (int d = 0; d < n; ++d) {
+      auto* p = static_cast<uint8_t*>(bufs[d]->data());
+      EXPECT_OK(ncclSend(p, bytes, ncclInt8, (d + 1) % n, g.comms[d], g.streams[d]));
+      EXPECT_OK(ncclRecv(p + shift, bytes, ncclInt8, (d + n - 1) % n, g.comms[d], g.streams[d]));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    expectCaller(g, "an in-place group");
+    syncAll(g);
+    for (int d = 0; d < n; ++d) {
+      setDevice(d);
+      std::vector<uint8_t> got(bytes + shift);
+      bufs[d]->download(got.data(), got.size());
+      const std::vector<uint8_t>& theirs = mine[(d + n - 1) % n];
+      size_t bad = SIZE_MAX;
+      for (size_t i = 0; i < got.size() && bad == SIZE_MAX; ++i) {
+        if (got[i] != (i < shift ? mine[d][i] : theirs[i - shift])) bad = i;
+      }
+      EXPECT_TRUE(bad == SIZE_MAX,
+                  "in place: device %d, round %llu (%zu bytes, shift %zu): "
+                  "byte %zu wrong",
+                  d, static_cast<unsigned long long>(round), bytes, shift, bad);
+    }
+    setDevice(g.caller);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Devices&, Rng&)>> cases = {
-      {"coll", caseColl}, {"p2p", caseP2p}, {"mixed", caseMixed}, {"nogroup", caseNoGroup}};
+      {"coll", caseColl},
+      {"p2p", caseP2p},
+      {"mixed", caseMixed},
+      {"nogroup", caseNoGroup},
+      {"inplace", caseInPlaceRings}};
   if (argc < 2 || cases.count(argv[1]) == 0) {
-    fprintf(stderr, "usage: %s <coll|p2p|mixed|nogroup> [ndev]\n", argv[0]);
+    fprintf(stderr, "usage: %s <coll|p2p|mixed|nogroup|inplace> [ndev]\n", argv[0]);
     return 2;
   }
   Devices g;
