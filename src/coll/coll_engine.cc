@@ -453,7 +453,7 @@ void CollEngine::fillP2pArgs(const P2pPlan& plan, Args* a) const {
   a->timeoutNs = static_cast<uint64_t>(p2pTimeoutNs_);
 }
 
-Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
+Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks, std::vector<P2pTask>* smFree) {
   if (shutDown_) FERRY_FAIL(ncclInvalidUsage, "send/recv on a communicator being destroyed");
   if (!peers_.allPeersReachable) {
     FERRY_FAIL(ncclInvalidUsage,
@@ -463,7 +463,7 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   std::vector<P2pTask> redirected;
   std::vector<StagedSend> staged;
   FERRY_CHECK(inPlace_.stage(runtime_, tasks, &redirected, &staged));
-  const std::vector<P2pTask>& use = staged.empty() ? tasks : redirected;
+  const std::vector<P2pTask>& use = redirected.empty() ? tasks : redirected;
   P2pPlan plan;
   FERRY_CHECK(planP2p(use, peers_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
@@ -471,6 +471,8 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks) {
   if (connector_) {
     for (const P2pPlan::Pair& p : plan.pairs) FERRY_CHECK(connector_->ensure(p.key / 2));
   }
+  // Last before the launch: the SM-free sends it redirects must get their copies.
+  if (smFree != nullptr) FERRY_CHECK(inPlace_.stageAcross(runtime_, tasks, smFree, &staged));
   if (plan.nblocks <= algo::kSmallKernelP2pBlocks && plan.ntasks <= algo::kSmallKernelP2pTasks) {
     algo::P2pArgsSmall args;
     fillP2pArgs(plan, &args);
@@ -503,7 +505,7 @@ Status CollEngine::launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, 
   FERRY_CHECK(orderAfterPrevious(main, handles[0], &capturing));
   // After every group stream's earlier work (the joins) and this engine's
   // previous launch (which may still read the reused scratch).
-  for (const StagedSend& c : staged) FERRY_CHECK(main.copyAsync(c.scratch, c.user, c.bytes));
+  for (const StagedSend& c : staged) FERRY_CHECK(copyStaged(c, handles[0], main));
   rt::KernelLaunch k;
   void* argv[1] = {args};
   const size_t sizes[1] = {argBytes};
@@ -528,6 +530,24 @@ Status CollEngine::launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, 
     for (size_t i = 1; i < streams.size(); ++i) FERRY_CHECK(streams[i]->waitEvent(*done));
   }
   return capturing ? ncclSuccess : recordLaunch(main, handles[0]);
+}
+
+Status CollEngine::copyStaged(const StagedSend& c, void* mainHandle, rt::Stream& main) {
+  std::unique_ptr<rt::Stream> own;
+  const bool onMain = c.stream == nullptr || c.stream == mainHandle;
+  if (!onMain) FERRY_CHECK(runtime_->wrapUserStream(c.stream, &own));
+  rt::Stream& s = onMain ? main : *own;
+  // The scratch's earlier readers first (an earlier group's SM-free sends).
+  if (c.waitFirst != nullptr) {
+    for (const auto& e : *c.waitFirst) FERRY_CHECK(s.waitEvent(*e));
+  }
+  FERRY_CHECK(s.copyAsync(c.scratch, c.user, c.bytes));
+  if (onMain) return ncclSuccess;
+  // The kernel may overwrite the source once the copy has read it.
+  std::unique_ptr<rt::Event> copied;
+  FERRY_CHECK(runtime_->createEvent(&copied));
+  FERRY_CHECK(copied->record(s));
+  return main.waitEvent(*copied);
 }
 
 int CollEngine::protoOf(const CollTask& t, uint64_t* bytes) const {

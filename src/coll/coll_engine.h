@@ -110,8 +110,14 @@ class CollEngine {
   [[nodiscard]] Status launch(const std::vector<CollTask>& tasks);
   // Kernel point-to-point: one group's sends and receives of this
   // communicator as one kernel (algo/p2p_kernel.h) on the first task's
-  // stream; the group's other streams join it before and after.
-  [[nodiscard]] Status launchP2p(const std::vector<P2pTask>& tasks);
+  // stream; the group's other streams join it before and after. `smFree`:
+  // the group's SM-free part, launched after this; a send there whose bytes
+  // a receive here overwrites is redirected to a copy made before the
+  // kernel (InPlaceStager::stageAcross), and afterSmFree() must follow its
+  // launch.
+  [[nodiscard]] Status launchP2p(const std::vector<P2pTask>& tasks,
+                                 std::vector<P2pTask>* smFree = nullptr);
+  [[nodiscard]] Status afterSmFree() { return inPlace_.readersDone(runtime_); }
 
   // ncclRedOpCreatePreMulSum / ncclRedOpDestroy. `residence`: 0 = the scalar
   // lives in device memory and is read when each collective runs, 1 = host
@@ -167,6 +173,8 @@ class CollEngine {
   [[nodiscard]] Status launchP2pArgs(const std::vector<P2pTask>& tasks, void* args, size_t argBytes,
                                      int nblocks, int layout,
                                      const std::vector<StagedSend>& staged);
+  // One staged copy, ordered before the kernel on `main` (handle `mainHandle`).
+  [[nodiscard]] Status copyStaged(const StagedSend& c, void* mainHandle, rt::Stream& main);
 
   void hopFailed(int peer, const std::string& why);
   [[nodiscard]] Status waitKernels(int64_t timeoutMs);

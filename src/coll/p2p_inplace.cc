@@ -106,8 +106,69 @@ Status InPlaceStager::scratchFor(rt::Runtime* runtime, uint64_t bytes, bool capt
   return ncclSuccess;
 }
 
+Status InPlaceStager::stageAcross(rt::Runtime* runtime, const std::vector<P2pTask>& kernel,
+                                  std::vector<P2pTask>* smFree, std::vector<StagedSend>* copies) {
+  acrossReaders_.clear();
+  const std::vector<Range> recvs = receiveRanges(kernel);
+  if (recvs.empty()) return ncclSuccess;
+  std::vector<size_t> which;
+  uint64_t total = 0;
+  for (size_t i = 0; i < smFree->size(); ++i) {
+    const P2pTask& t = (*smFree)[i];
+    if (!t.isSend || t.bytes == 0) continue;
+    const auto b = reinterpret_cast<uintptr_t>(t.buffer);
+    if (!hitsAny(recvs, b, b + t.bytes)) continue;
+    which.push_back(i);
+    total += algo::roundUp(t.bytes, kScratchAlign);
+  }
+  if (which.empty()) return ncclSuccess;
+  if (!across_ || across_->size() < total) {
+    std::unique_ptr<rt::DeviceMemory> m;
+    FERRY_CHECK(runtime->allocDevice(std::max(kMinScratchBytes, nextPow2(total)), &m));
+    // The old buffer may still be read by the last group's sends: kept.
+    if (across_) kept_.push_back(std::move(across_));
+    across_ = std::move(m);
+    readerMarks_.clear();  // nobody has read the new one
+  }
+  char* base = static_cast<char*>(across_->ptr());
+  uint64_t off = 0;
+  for (size_t i : which) {
+    P2pTask& t = (*smFree)[i];
+    copies->push_back(StagedSend{base + off, t.buffer, t.bytes, t.stream, &readerMarks_});
+    t.buffer = base + off;
+    off += algo::roundUp(t.bytes, kScratchAlign);
+    if (std::find(acrossReaders_.begin(), acrossReaders_.end(), t.stream) == acrossReaders_.end()) {
+      acrossReaders_.push_back(t.stream);
+    }
+  }
+  FERRY_INFO(kLogP2p,
+             "p2p: %zu SM-free send(s) overlap a kernel p2p receive of the same group: %llu "
+             "bytes copied aside before the kernel",
+             which.size(), static_cast<unsigned long long>(total));
+  return ncclSuccess;
+}
+
+Status InPlaceStager::readersDone(rt::Runtime* runtime) {
+  if (acrossReaders_.empty()) return ncclSuccess;
+  // Each reader stream passes the group only once its sends have read the
+  // scratch (their user-stream waits, or a detached send's staging copy,
+  // are on it): an event there, now, marks that point.
+  std::vector<std::shared_ptr<rt::Event>> marks;
+  for (void* handle : acrossReaders_) {
+    std::unique_ptr<rt::Stream> s;
+    FERRY_CHECK(runtime->wrapUserStream(handle, &s));
+    std::unique_ptr<rt::Event> e;
+    FERRY_CHECK(runtime->createEvent(&e));
+    FERRY_CHECK(e->record(*s));
+    marks.push_back(std::move(e));
+  }
+  readerMarks_ = std::move(marks);
+  acrossReaders_.clear();
+  return ncclSuccess;
+}
+
 uint64_t InPlaceStager::bytesHeld() const {
-  uint64_t n = current_ ? current_->size() : 0;
+  uint64_t n = (current_ ? current_->size() : 0) + (across_ ? across_->size() : 0);
   for (const auto& m : kept_) n += m->size();
   return n;
 }

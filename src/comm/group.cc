@@ -128,7 +128,7 @@ Status launchKernelP2p(Communicator* comm, const std::vector<P2pTask>& tasks,
   }
   if (kernel.empty()) return ncclSuccess;
   ProfScope prof(comm->profile(), ProfSlot::P2pKernel);
-  FERRY_CHECK(comm->coll()->launchP2p(kernel));
+  FERRY_CHECK(comm->coll()->launchP2p(kernel, smFree));
   comm->p2p()->countKernelTasks(kernel);
   return ncclSuccess;
 }
@@ -314,6 +314,14 @@ Status groupEnd() {
   }
   Status t = launchSmFree(smFree);
   if (first == ncclSuccess) first = t;
+  // Marks where the SM-free sends that kernel p2p copied aside are done
+  // with their copies (CollEngine::launchP2p).
+  for (auto& part : smFree) {
+    Communicator* comm = part.first;
+    rt::DeviceScope device(comm->runtime(), comm->device());
+    Status a = device.status() != ncclSuccess ? device.status() : comm->coll()->afterSmFree();
+    if (first == ncclSuccess) first = a;
+  }
   if (profiling) {
     const int64_t ns = CpuProfile::nowNs() - startNs;
     for (Communicator* c : groupComms(coll, p2p)) {

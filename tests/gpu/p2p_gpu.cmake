@@ -49,6 +49,7 @@ set_tests_properties(gpu.p2p.swap.staged PROPERTIES ENVIRONMENT
 # In-place exchanges on every path (kernel p2p stages such sends first).
 ferry_gpu_p2p_test(gpu.p2p.inplace inplace)
 ferry_gpu_p2p_test(gpu.p2p.inplace.kernel inplace ENVIRONMENT NCCL_PASS_SM=0)
+ferry_gpu_p2p_test(gpu.p2p.inplacemix inplacemix)
 # Eager loading: no staging by default, so the SM-free path must stage
 # in-place sends by itself (it did not before session 25).
 ferry_gpu_p2p_test(gpu.p2p.inplace.eager inplace)

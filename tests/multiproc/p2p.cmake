@@ -106,6 +106,11 @@ ferry_p2p_test(p2p.inplace.n2 2 inplace)
 ferry_p2p_test(p2p.inplace.n3 3 inplace)
 ferry_p2p_test(p2p.inplace.kernel.n2 2 inplace ENVIRONMENT NCCL_PASS_SM=0)
 ferry_p2p_test(p2p.inplace.smfree.n3 3 inplace ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+# An overlap across the paths: a large SM-free send from the bytes a small
+# kernel receive of the same group overwrites (copied aside first).
+ferry_p2p_test(p2p.inplacemix.n2 2 inplacemix)
+ferry_p2p_test(p2p.inplacemix.n3 3 inplacemix)
+ferry_p2p_test(p2p.inplacemix.staged.n2 2 inplacemix ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 # The send buffer overwritten on the send's stream right after a staged send.
 ferry_p2p_test(p2p.overwrite.staged.n2 2 overwrite ENVIRONMENT FERRY_P2P_STAGE_SENDS=1)
 # The push wait's floor (FERRY_P2P_PUSH_WAIT_MIN_US) catches a receiver 20 ms

@@ -732,6 +732,7 @@ int main(int argc, char** argv) {
       {"timeout", caseTimeout},
       {"swap", caseSwap},
       {"inplace", caseInPlace},
+      {"inplacemix", caseInPlaceMixed},
       {"many", caseMany},
       {"ktimeout", caseKernelTimeout},
       {"self", caseSelf},
