@@ -79,10 +79,10 @@ Status InPlaceStager::stage(rt::Runtime* runtime, const std::vector<P2pTask>& ta
     t.buffer = base + off;
     off += algo::roundUp(t.bytes, kScratchAlign);
   }
-  FERRY_INFO(kLogP2p,
-             "kernel p2p: %zu send(s) overlap a receive of the same group: %llu bytes "
-             "staged first",
-             which.size(), static_cast<unsigned long long>(total));
+  FERRY_TRACE(kLogP2p,
+              "kernel p2p: %zu send(s) overlap a receive of the same group: %llu bytes "
+              "staged first",
+              which.size(), static_cast<unsigned long long>(total));
   return ncclSuccess;
 }
 
@@ -141,10 +141,10 @@ Status InPlaceStager::stageAcross(rt::Runtime* runtime, const std::vector<P2pTas
       acrossReaders_.push_back(t.stream);
     }
   }
-  FERRY_INFO(kLogP2p,
-             "p2p: %zu SM-free send(s) overlap a kernel p2p receive of the same group: %llu "
-             "bytes copied aside before the kernel",
-             which.size(), static_cast<unsigned long long>(total));
+  FERRY_TRACE(kLogP2p,
+              "p2p: %zu SM-free send(s) overlap a kernel p2p receive of the same group: %llu "
+              "bytes copied aside before the kernel",
+              which.size(), static_cast<unsigned long long>(total));
   return ncclSuccess;
 }
 
