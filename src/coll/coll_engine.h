@@ -118,6 +118,7 @@ class CollEngine {
   [[nodiscard]] Status launchP2p(const std::vector<P2pTask>& tasks,
                                  std::vector<P2pTask>* smFree = nullptr);
   [[nodiscard]] Status afterSmFree() { return inPlace_.readersDone(runtime_); }
+  bool needsAfterSmFree() const { return inPlace_.readersPending(); }
 
   // ncclRedOpCreatePreMulSum / ncclRedOpDestroy. `residence`: 0 = the scalar
   // lives in device memory and is read when each collective runs, 1 = host

@@ -42,6 +42,38 @@ bool hitsAny(const std::vector<Range>& ranges, uintptr_t b, uintptr_t e) {
   return it != ranges.end() && it->first < e;
 }
 
+// The sends of `tasks` whose bytes some range of `recvs` overlaps (*which)
+// and the scratch they take, each slice aligned.
+uint64_t overlappingSends(const std::vector<P2pTask>& tasks, const std::vector<Range>& recvs,
+                          std::vector<size_t>* which) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const P2pTask& t = tasks[i];
+    if (!t.isSend || t.bytes == 0) continue;
+    const auto b = reinterpret_cast<uintptr_t>(t.buffer);
+    if (!hitsAny(recvs, b, b + t.bytes)) continue;
+    which->push_back(i);
+    total += algo::roundUp(t.bytes, kScratchAlign);
+  }
+  return total;
+}
+
+// Points each send of `which` at its slice of the scratch at `base` and
+// appends the copy that fills it (on the send's own stream when
+// `ownStream`, else on the launch stream).
+void redirect(char* base, const std::vector<size_t>& which, bool ownStream,
+              const std::vector<std::shared_ptr<rt::Event>>* waitFirst, std::vector<P2pTask>* tasks,
+              std::vector<StagedSend>* copies) {
+  uint64_t off = 0;
+  for (size_t i : which) {
+    P2pTask& t = (*tasks)[i];
+    copies->push_back(
+        StagedSend{base + off, t.buffer, t.bytes, ownStream ? t.stream : nullptr, waitFirst});
+    t.buffer = base + off;
+    off += algo::roundUp(t.bytes, kScratchAlign);
+  }
+}
+
 uint64_t nextPow2(uint64_t v) {
   uint64_t p = 1;
   while (p < v) p <<= 1;
@@ -57,28 +89,14 @@ Status InPlaceStager::stage(rt::Runtime* runtime, const std::vector<P2pTask>& ta
   const std::vector<Range> recvs = receiveRanges(tasks);
   if (recvs.empty()) return ncclSuccess;
   std::vector<size_t> which;
-  uint64_t total = 0;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const P2pTask& t = tasks[i];
-    if (!t.isSend || t.bytes == 0) continue;
-    const auto b = reinterpret_cast<uintptr_t>(t.buffer);
-    if (!hitsAny(recvs, b, b + t.bytes)) continue;
-    which.push_back(i);
-    total += algo::roundUp(t.bytes, kScratchAlign);
-  }
+  const uint64_t total = overlappingSends(tasks, recvs, &which);
   if (which.empty()) return ncclSuccess;
   bool capturing = false;
   FERRY_CHECK(runtime->isCapturing(tasks[0].stream, &capturing));
   char* base = nullptr;
   FERRY_CHECK(scratchFor(runtime, total, capturing, &base));
   *out = tasks;
-  uint64_t off = 0;
-  for (size_t i : which) {
-    P2pTask& t = (*out)[i];
-    copies->push_back(StagedSend{base + off, t.buffer, t.bytes});
-    t.buffer = base + off;
-    off += algo::roundUp(t.bytes, kScratchAlign);
-  }
+  redirect(base, which, false, nullptr, out, copies);
   FERRY_TRACE(kLogP2p,
               "kernel p2p: %zu send(s) overlap a receive of the same group: %llu bytes "
               "staged first",
@@ -112,15 +130,7 @@ Status InPlaceStager::stageAcross(rt::Runtime* runtime, const std::vector<P2pTas
   const std::vector<Range> recvs = receiveRanges(kernel);
   if (recvs.empty()) return ncclSuccess;
   std::vector<size_t> which;
-  uint64_t total = 0;
-  for (size_t i = 0; i < smFree->size(); ++i) {
-    const P2pTask& t = (*smFree)[i];
-    if (!t.isSend || t.bytes == 0) continue;
-    const auto b = reinterpret_cast<uintptr_t>(t.buffer);
-    if (!hitsAny(recvs, b, b + t.bytes)) continue;
-    which.push_back(i);
-    total += algo::roundUp(t.bytes, kScratchAlign);
-  }
+  const uint64_t total = overlappingSends(*smFree, recvs, &which);
   if (which.empty()) return ncclSuccess;
   if (!across_ || across_->size() < total) {
     std::unique_ptr<rt::DeviceMemory> m;
@@ -130,15 +140,11 @@ Status InPlaceStager::stageAcross(rt::Runtime* runtime, const std::vector<P2pTas
     across_ = std::move(m);
     readerMarks_.clear();  // nobody has read the new one
   }
-  char* base = static_cast<char*>(across_->ptr());
-  uint64_t off = 0;
+  redirect(static_cast<char*>(across_->ptr()), which, true, &readerMarks_, smFree, copies);
   for (size_t i : which) {
-    P2pTask& t = (*smFree)[i];
-    copies->push_back(StagedSend{base + off, t.buffer, t.bytes, t.stream, &readerMarks_});
-    t.buffer = base + off;
-    off += algo::roundUp(t.bytes, kScratchAlign);
-    if (std::find(acrossReaders_.begin(), acrossReaders_.end(), t.stream) == acrossReaders_.end()) {
-      acrossReaders_.push_back(t.stream);
+    void* stream = (*smFree)[i].stream;
+    if (std::find(acrossReaders_.begin(), acrossReaders_.end(), stream) == acrossReaders_.end()) {
+      acrossReaders_.push_back(stream);
     }
   }
   FERRY_TRACE(kLogP2p,

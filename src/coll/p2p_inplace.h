@@ -47,6 +47,7 @@ class InPlaceStager {
   // After the group's SM-free launch: marks where the streams of the sends
   // stageAcross redirected are done with the scratch.
   [[nodiscard]] Status readersDone(rt::Runtime* runtime);
+  bool readersPending() const { return !acrossReaders_.empty(); }
   uint64_t bytesHeld() const;
 
  private:

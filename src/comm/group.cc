@@ -318,6 +318,7 @@ Status groupEnd() {
   // with their copies (CollEngine::launchP2p).
   for (auto& part : smFree) {
     Communicator* comm = part.first;
+    if (!comm->coll()->needsAfterSmFree()) continue;  // the usual case: no device switch
     rt::DeviceScope device(comm->runtime(), comm->device());
     Status a = device.status() != ncclSuccess ? device.status() : comm->coll()->afterSmFree();
     if (first == ncclSuccess) first = a;
