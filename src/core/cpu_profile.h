@@ -22,6 +22,7 @@ enum class ProfSlot : int {
   Streams,     // wrapping the user's streams, capture checks
   Claim,       // claiming messages (rendezvous, mapping peers' buffers)
   PushWait,    // the bounded wait for a receiver (FERRY_P2P_PUSH_WAIT_US)
+  StageWait,   // a staged send's wait before the pool grows (FERRY_P2P_STAGING_MAX_BYTES)
   MarkReady,   // ready flags and staging copies on the user's streams
   CopySecond,  // copies issued as the second side
   UserWaits,   // the user streams' waits for the peers' copies

@@ -94,6 +94,14 @@
   X(P2pStageSends, "FERRY_P2P_STAGE_SENDS", String, "auto",                                        \
     "1: a send that arrives before its receiver copies its payload to a staging block on its "    \
     "own stream and never waits for the receiver; 0: never; auto: on CUDA under lazy loading.")   \
+  X(P2pStagingMax, "FERRY_P2P_STAGING_MAX_BYTES", Int, "1G",                                     \
+    "Soft cap on a communicator's staging blocks for sends staged under lazy loading: past it, "  \
+    "a send that needs a new block waits up to FERRY_P2P_STAGING_WAIT_MS for its receiver to "    \
+    "post or a block to free, then grows the pool anyway (WARN once). Under it, the wait is at "  \
+    "most 2 ms. A message larger than the cap still gets its block.")                           \
+  X(P2pStagingWait, "FERRY_P2P_STAGING_WAIT_MS", Int, "20",                                       \
+    "How long a staged send waits (CPU) past FERRY_P2P_STAGING_MAX_BYTES before growing the "     \
+    "pool anyway (a bound, so that unbatched sends ahead of their receives never hang).")         \
   X(P2pPushWait, "FERRY_P2P_PUSH_WAIT_US", Int, "500",                                           \
     "A send of >= 1 MiB to another process that would arrive before its receiver, in an "        \
     "exchange (the group also receives from that peer) or under lazy loading (it would be "      \

@@ -69,6 +69,10 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
                static_cast<long long>(busyMode));
   }
   e->pushWaitBusy_ = busyMode == 0 || busyMode == 2 ? static_cast<int>(busyMode) : 1;
+  e->stagingMaxBytes_ =
+      static_cast<uint64_t>(std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pStagingMax)));
+  e->stagingCapWaitNs_ =
+      std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pStagingWait)) * 1000000;
   e->stagingWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingWaitUs)) * 1000;
   FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
@@ -408,6 +412,59 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
       static_cast<long long>((steadyNowNs() - began) / 1000), static_cast<long long>(ns / 1000));
 }
 
+// A send staged under lazy loading (it arrived before its receiver) copies
+// its bytes into a pool block that the receiver pulls from. A block the
+// pool must allocate first costs more than a short wait (cudaMalloc, and
+// the peer maps the new block by IPC), and it is kept: a rank running ahead
+// of its peer grew the pool on every message, one rank held 10-28 GiB of
+// staging after a ferry-bench sweep, and the allocations inside the timed
+// loop made the 64 MiB alltoall 4x slower than NCCL (session 26, NOTES.md
+// trap 59). So before the pool grows, the send waits for its receiver to
+// post (it then pushes from its own buffer: no block) or for a block to
+// free: up to 2 ms under FERRY_P2P_STAGING_MAX_BYTES, up to
+// FERRY_P2P_STAGING_WAIT_MS past it. Then it grows anyway: a receiver may
+// post only after this rank's later calls (unbatched sends ahead of their
+// receives), so the wait is a bound, never a hang.
+void P2pEngine::awaitStagingRoom(const P2pTask& t, Op& op) {
+  constexpr int64_t kGrowWaitNs = 2000000, kSliceNs = 50000;
+  ConnectionBase& conn = *op.conn;
+  if (!stageSends_ || t.bytes == 0 || conn.samePeerProcess || conn.transport != TransportId::P2p) {
+    return;
+  }
+  CtrlBlock& ctrl = op.ctrl();
+  PostInfo unused;
+  if (peerPosted(ctrl, true, op.seq, &unused)) return;
+  StagingPool& pool = poolFor(conn);
+  if (pool.hasFree(t.bytes)) return;
+  const bool pastCap =
+      pool.bytes() > 0 && pool.bytes() + StagingPool::blockSize(t.bytes) > stagingMaxBytes_;
+  const int64_t bound = pastCap ? stagingCapWaitNs_ : std::min(kGrowWaitNs, stagingCapWaitNs_);
+  ProfScope prof(profile_, ProfSlot::StageWait);
+  const int64_t start = steadyNowNs();
+  for (int64_t left = bound; left > 0; left = bound - (steadyNowNs() - start)) {
+    if (awaitPeerClaim(ctrl, true, op.seq, std::min(kSliceNs, left), abortFlag_)) {
+      conn.lateReceives = 0;  // it came: not a receiver late by habit
+      return;
+    }
+    // acquire: an abort or the peer's error report ends the wait at once.
+    if (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire)) return;
+    if (ctrl.error.load() != 0 || pool.hasFree(t.bytes)) return;
+  }
+  FERRY_TRACE(kLogP2p, "send to peer %d: message %llu stages into a new block after %lld us",
+              t.peer, static_cast<unsigned long long>(op.seq),
+              static_cast<long long>((steadyNowNs() - start) / 1000));
+  if (pastCap && !warnedStagingCap_) {
+    warnedStagingCap_ = true;
+    FERRY_WARN(
+        "staging of sends that arrive before their receivers passes "
+        "FERRY_P2P_STAGING_MAX_BYTES=%llu "
+        "(%llu bytes held, lazy module loading): receivers post long after their senders; raise "
+        "the cap, or set CUDA_MODULE_LOADING=EAGER (no staging)",
+        static_cast<unsigned long long>(stagingMaxBytes_),
+        static_cast<unsigned long long>(pool.bytes()));
+  }
+}
+
 // FERRY_P2P_PUSH_WAIT_BUSY=2: the receiver's claim is awaited up to the
 // whole bound while `stream` stays busy; once its newest fence passes (from
 // then on the wait would idle the GPU), only up to `idleNs` from the start.
@@ -456,7 +513,10 @@ Status P2pEngine::claimPass(const std::vector<P2pTask>& tasks, std::vector<Op>& 
     op.conn = t.isSend ? static_cast<ConnectionBase*>(state_.send[t.peer].get())
                        : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
     op.seq = op.conn->nextSeq;
-    if (t.isSend) awaitReceiver(tasks, ops, i);
+    if (t.isSend) {
+      awaitReceiver(tasks, ops, i);
+      awaitStagingRoom(t, op);
+    }
     bool overlapsReceive = false;
     for (const P2pTask& o : tasks) {
       overlapsReceive = overlapsReceive || (!o.isSend && overlaps(t, o));

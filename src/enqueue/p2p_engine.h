@@ -154,6 +154,8 @@ class P2pEngine {
   // The bounded CPU wait of FERRY_P2P_PUSH_WAIT_US before claiming send `i`.
   void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i);
   [[nodiscard]] bool awaitWhileBusy(const Op& op, void* stream, int64_t idleNs) const;
+  // Before a staged send grows the staging pool: FERRY_P2P_STAGING_MAX_BYTES.
+  void awaitStagingRoom(const P2pTask& t, Op& op);
   // Whether a fence recorded on user stream `stream` has not passed yet.
   [[nodiscard]] bool streamBusy(void* stream) const;
   [[nodiscard]] Status claimOne(const P2pTask& task, bool overlapsReceive, Op& op);
@@ -199,14 +201,17 @@ class P2pEngine {
   uint64_t commKey_ = 0;
   int64_t rpcTimeoutMs_ = 120000;
   bool spinWait_ = false;
-  bool zeroCopy_ = true;                     // FERRY_P2P_ZERO_COPY
-  bool selfCopy_ = true;                     // FERRY_P2P_SELF_COPY
-  bool userStreamCopy_ = false;              // FERRY_P2P_USER_STREAM_COPY
-  bool stageSends_ = false;                  // see staging.h
-  int64_t opTimeoutNs_ = 0;                  // FERRY_P2P_TIMEOUT
-  int64_t pushWaitNs_ = 0;                   // FERRY_P2P_PUSH_WAIT_US
-  int64_t pushWaitMinNs_ = 0;                // FERRY_P2P_PUSH_WAIT_MIN_US
-  int pushWaitBusy_ = 0;                     // FERRY_P2P_PUSH_WAIT_BUSY: 0, 1 or 2
+  bool zeroCopy_ = true;          // FERRY_P2P_ZERO_COPY
+  bool selfCopy_ = true;          // FERRY_P2P_SELF_COPY
+  bool userStreamCopy_ = false;   // FERRY_P2P_USER_STREAM_COPY
+  bool stageSends_ = false;       // see staging.h
+  int64_t opTimeoutNs_ = 0;       // FERRY_P2P_TIMEOUT
+  int64_t pushWaitNs_ = 0;        // FERRY_P2P_PUSH_WAIT_US
+  int64_t pushWaitMinNs_ = 0;     // FERRY_P2P_PUSH_WAIT_MIN_US
+  int pushWaitBusy_ = 0;          // FERRY_P2P_PUSH_WAIT_BUSY: 0, 1 or 2
+  uint64_t stagingMaxBytes_ = 0;  // FERRY_P2P_STAGING_MAX_BYTES
+  int64_t stagingCapWaitNs_ = 0;  // FERRY_P2P_STAGING_WAIT_MS
+  bool warnedStagingCap_ = false;
   CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
   std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES

@@ -103,6 +103,14 @@ Status StagingPool::describe(const Block& b, PostInfo* info) {
   return ncclSuccess;
 }
 
+bool StagingPool::hasFree(uint64_t bytes) {
+  reclaim();
+  for (auto& b : blocks_) {
+    if (!b->busy && b->size >= bytes) return true;
+  }
+  return false;
+}
+
 Status StagingPool::take(uint64_t bytes, Block** out, PostInfo* info) {
   reclaim();
   Block* best = nullptr;

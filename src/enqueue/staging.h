@@ -43,6 +43,8 @@ class StagingPool {
   // A free block of at least `bytes`; *info describes it for the peer
   // (kind, size, how to map it; offset 0).
   [[nodiscard]] Status take(uint64_t bytes, Block** out, PostInfo* info);
+  // Whether a free block of at least `bytes` exists (take() would not grow).
+  [[nodiscard]] bool hasFree(uint64_t bytes);
   // The address this process copies to and from.
   static char* data(const Block* b);
   // Free once message `seq` of `ctrl` is done.

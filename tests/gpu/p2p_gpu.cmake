@@ -71,3 +71,7 @@ set_tests_properties(gpu.p2p.many.lanes PROPERTIES
 ferry_gpu_p2p_test(gpu.p2p.stress.ll stress)
 set_tests_properties(gpu.p2p.stress.ll PROPERTIES
   ENVIRONMENT "FERRY_P2P_LL_MAX_BYTES=64K;FERRY_P2P_LL_LANE_BYTES=1K")
+# The staging cap on 2 GPUs (staged sends, as under lazy loading).
+ferry_gpu_p2p_test(gpu.p2p.stagingcap stagingcap)
+set_tests_properties(gpu.p2p.stagingcap PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=10000")

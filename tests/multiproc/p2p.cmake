@@ -1,7 +1,8 @@
 # SM-free point-to-point across real processes (host runtime in CI; the same
 # program runs on CUDA from tests/gpu/p2p_gpu.cmake).
 add_executable(mp_p2p ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_cases.cc
-                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_util.cc)
+                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_util.cc
+                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_staging.cc)
 target_include_directories(mp_p2p PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
 target_link_libraries(mp_p2p PRIVATE ferry_test_buffers)
 
@@ -226,3 +227,12 @@ $<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\
 echo \"$out\" | grep -qE 'CPU profile .*p2p\\.kernel n=[1-9]'")
 set_tests_properties(p2p.profile.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
   "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_KERNEL_MAX_BYTES=4K;FERRY_TEST_ROUNDS=24")
+# Staged sends far ahead of their receiver fill the pool up to
+# FERRY_P2P_STAGING_MAX_BYTES, then wait for the receiver (session 26); with
+# a 1 ms bound the pool grows past the cap instead (a soft cap, no hang).
+ferry_p2p_test(p2p.stagingcap.n2 2 stagingcap)
+set_tests_properties(p2p.stagingcap.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=10000")
+ferry_p2p_test(p2p.stagingcap.soft.n2 2 stagingcap)
+set_tests_properties(p2p.stagingcap.soft.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=1;FERRY_TEST_EXPECT_SOFT=1")
