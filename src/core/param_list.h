@@ -33,6 +33,12 @@
     "Point-to-point across hosts: engine connections (links) per peer and direction that a "      \
     "message's chunks are striped over (1..8; 0: 2 on CUDA, 1 on the host runtime; every rank "   \
     "must set the same).")                                                                        \
+  X(NetGdr, "FERRY_NET_GDR", Int, "0",                                                            \
+    "1: where every link's network engine takes device memory (a net plugin with NCCL_PTR_CUDA: " \
+    "GPUDirect RDMA), point-to-point messages of more than one chunk go between the user's "       \
+    "buffer and the network directly (each allocation registered once, at most 64 per "          \
+    "connection); a direct send's stream then waits until the network has taken the message. "    \
+    "0: always through pinned host staging (the default until measured on GPUDirect hardware).") \
   X(NetStagingWaitUs, "FERRY_NET_STAGING_WAIT_US", Int, "2000",                                   \
     "Point-to-point across hosts: a send whose connection already holds 4 staging blocks of its " \
     "size, all busy, waits up to this long for one to free before pinning another (0: never "     \

@@ -75,6 +75,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
       std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pStagingWait)) * 1000000;
   e->stagingWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingWaitUs)) * 1000;
   FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
+  e->netGdr_ = ctx.params->getInt(ParamId::NetGdr) != 0;
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a
   // stream waits (NOTES.md trap 22).
   FERRY_CHECK(ctx.runtime->preloadKernels());

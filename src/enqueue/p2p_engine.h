@@ -135,11 +135,13 @@ class P2pEngine {
   bool isNet(const P2pTask& t) const;
   [[nodiscard]] Status launchNet(const std::vector<P2pTask>& tasks);
   [[nodiscard]] Status prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq,
-                                  uint64_t firstChunk, NetOp* op);
+                                  uint64_t firstChunk, bool overlapped, NetOp* op);
   [[nodiscard]] Status submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTask>& net,
                                  Streams& streams);
   [[nodiscard]] Status stageNetSend(const P2pTask& t, NetOp& op);
   [[nodiscard]] Status drainNetRecv(const P2pTask& t, NetOp& op);
+  // FERRY_NET_GDR: points op at the user's buffer when it can go direct.
+  void chooseNetDirect(const P2pTask& t, ConnectionBase& conn, NetOp& op);
   void failNetConnection(ConnectionBase& conn, Status s);
   [[nodiscard]] Status userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value);
   [[nodiscard]] static Status netChunkBytes(const Params& params, uint64_t* chunk);
@@ -215,6 +217,7 @@ class P2pEngine {
   CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
   std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
   uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
+  bool netGdr_ = false;                      // FERRY_NET_GDR
   int64_t stagingWaitNs_ = 0;                // FERRY_NET_STAGING_WAIT_US
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections

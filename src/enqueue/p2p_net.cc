@@ -23,6 +23,15 @@
 //     chunks land) and copies the group into the user's buffer; after the
 //     last, it writes `drained`; the user's stream waits for the last copy
 //     (event).
+// FERRY_NET_GDR=1, where the engine takes device memory (chooseNetDirect):
+// every chunk but the last goes from the user's buffer to the network and
+// from the network into the user's buffer (the allocation registered once
+// per connection); only the last chunk, which carries the trailer, is
+// staged. The send's copy stream marks those chunks filled once the user's
+// stream has reached the send, and the user's stream then waits for `sent`
+// (the network has taken the whole message: the buffer is the user's
+// again). The receive's copy stream writes `ready` once the user's stream
+// has reached the receive; the proxy posts the direct chunks only then.
 // Chunk size (FERRY_NET_CHUNK_BYTES) is an agreed knob: both sides cut a
 // message the same way. Sizes are checked by the receiving proxy (the last
 // chunk's trailer).
@@ -46,6 +55,11 @@ struct P2pEngine::NetTask {
   size_t stream = 0;  // index into the launch's user streams
   ConnectionBase* conn = nullptr;
   NetOp op;
+  // A task of the other direction in this launch shares bytes with this
+  // one (an in-place exchange): it never goes direct, and a receive copies
+  // out only after such sends have been staged.
+  bool overlapped = false;
+  std::shared_ptr<rt::Event> copied;  // after its copy stream's work
 };
 
 bool P2pEngine::isNet(const P2pTask& t) const {
@@ -55,10 +69,19 @@ bool P2pEngine::isNet(const P2pTask& t) const {
 }
 
 // Copies the send's bytes into its staging block, piece by piece, on the
-// connection's stream; `filled` follows each piece.
+// connection's stream; `filled` follows each piece. A direct send stages
+// only its last chunk.
 Status P2pEngine::stageNetSend(const P2pTask& t, NetOp& op) {
   rt::Stream& c = *op.conn->stream;
   NetWords& words = op.conn->netBuffers->words();
+  if (op.direct != nullptr) {
+    const uint64_t last = op.chunks() - 1;
+    // Stream writes, ordered after the wait for the user's stream: the
+    // direct chunks may go; then, after its copy, the last one.
+    FERRY_CHECK(c.writeValue64(words.filled.raw(), op.firstChunk + last));
+    FERRY_CHECK(c.copyAsync(op.data, op.direct + last * netChunk_, op.chunkSize(last)));
+    return c.writeValue64(words.filled.raw(), op.firstChunk + last + 1);
+  }
   // Pieces of 1, 2, 4, ... chunks up to kStagePieceBytes or a sixteenth of
   // the message: the first chunk goes to the network early, and a message
   // of any size is a bounded number of stream operations (trap 29).
@@ -82,6 +105,17 @@ Status P2pEngine::stageNetSend(const P2pTask& t, NetOp& op) {
 Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
   rt::Stream& c = *op.conn->stream;
   NetWords& words = op.conn->netBuffers->words();
+  if (op.direct != nullptr) {
+    const uint64_t last = op.chunks() - 1;
+    // Stream write, after the wait for the user's stream: the proxy may
+    // land chunks in the user's buffer from now on.
+    FERRY_CHECK(c.writeValue64(words.ready.raw(), op.seq + 1));
+    // Acquire (the wait): the proxy's release store of `arrived` follows
+    // every chunk, the direct ones in the user's buffer included.
+    FERRY_CHECK(userWaitAt(c, words.arrived.raw(), op.firstChunk + last + 1));
+    FERRY_CHECK(c.copyAsync(op.direct + last * netChunk_, op.data, op.chunkSize(last)));
+    return c.writeValue64(words.drained.raw(), op.seq + 1);
+  }
   const uint64_t n = op.chunks();
   const uint64_t maxGroup = std::max<uint64_t>((n + 7) / 8, 1);
   uint64_t group = 1;
@@ -101,7 +135,7 @@ Status P2pEngine::drainNetRecv(const P2pTask& t, NetOp& op) {
 
 // Phase 1, no side effect but memory: the message's staging block.
 Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq,
-                             uint64_t firstChunk, NetOp* op) {
+                             uint64_t firstChunk, bool overlapped, NetOp* op) {
   Status failed = conn->failed.load();
   if (failed != ncclSuccess) {
     FERRY_FAIL(failed, "%s peer %d (another host): the connection failed earlier: %s",
@@ -115,18 +149,33 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   op->chunkBytes = netChunk_;
   op->asyncError = asyncError_;
   op->timeoutNs = opTimeoutNs_;
+  if (!overlapped) chooseNetDirect(t, *conn, *op);
   NetBuffers::SendWait wait;
   wait.posted = conn->nextSeq;  // this launch's messages are not the proxy's yet
   wait.ns = stagingWaitNs_;     // FERRY_NET_STAGING_WAIT_US
   wait.abort = abortFlag_;
-  FERRY_CHECK(conn->netBuffers->take(t.bytes + kNetTrailerBytes, seq, wait, &op->data,
-                                     &op->mhandles, &op->blockBytes, &op->reuseAfter));
+  const uint64_t last = op->chunks() - 1;
+  const uint64_t staged = op->direct != nullptr ? op->chunkSize(last) : t.bytes;
+  FERRY_CHECK(conn->netBuffers->take(staged + kNetTrailerBytes, seq, wait, &op->data, &op->mhandles,
+                                     &op->blockBytes, &op->reuseAfter));
   if (!t.isSend) return ncclSuccess;
   // The trailer (net_progress.h) goes right after the bytes; the block is
   // free, so the CPU writes it now.
   const uint64_t trailer = t.bytes ^ kNetTrailerMagic;
-  memcpy(op->data + t.bytes, &trailer, sizeof(trailer));
+  memcpy(op->chunkAt(last) + op->chunkSize(last), &trailer, sizeof(trailer));
   return ncclSuccess;
+}
+
+void P2pEngine::chooseNetDirect(const P2pTask& t, ConnectionBase& conn, NetOp& op) {
+  if (!netGdr_ || t.bytes <= netChunk_ || !conn.netBuffers->directCapable()) return;
+  rt::AllocationInfo a;
+  // A buffer the runtime does not know as one device allocation (host
+  // memory, a range past an allocation's end) stays staged.
+  if (!ok(runtime_->describeAllocation(t.buffer, t.bytes, &a)) || a.allocId == 0 || a.size == 0) {
+    return;
+  }
+  if (!conn.netBuffers->directRegistration(a, &op.directMh)) return;
+  op.direct = static_cast<char*>(t.buffer);
 }
 
 Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
@@ -148,8 +197,10 @@ Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
                       : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
     Earlier& e = earlier[n.conn];
     FERRY_CHECK(streamFor(t.stream, handles, streams, &n.stream));
-    FERRY_CHECK(
-        prepareNet(t, n.conn, n.conn->nextSeq + e.messages, n.conn->nextChunk + e.chunks, &n.op));
+    for (const P2pTask& o : tasks)
+      n.overlapped = n.overlapped || (o.isSend != t.isSend && overlaps(t, o));
+    FERRY_CHECK(prepareNet(t, n.conn, n.conn->nextSeq + e.messages, n.conn->nextChunk + e.chunks,
+                           n.overlapped, &n.op));
     ++e.messages;
     e.chunks += n.op.chunks();
   }
@@ -197,17 +248,30 @@ Status P2pEngine::submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTa
     const P2pTask& t = tasks[n.task];
     rt::Stream& c = *n.conn->stream;
     FERRY_CHECK(c.waitEvent(*starts[n.stream]));
+    // An in-place receive lands in bytes that a send of this launch reads:
+    // it copies out only after those sends were staged (sends came first).
+    for (const NetTask& o : net) {
+      const P2pTask& ot = tasks[o.task];
+      if (!t.isSend && n.overlapped && ot.isSend && o.copied && overlaps(t, ot)) {
+        FERRY_CHECK(c.waitEvent(*o.copied));
+      }
+    }
     FERRY_CHECK(t.isSend ? stageNetSend(t, n.op) : drainNetRecv(t, n.op));
-    std::shared_ptr<rt::Event> copied;
-    FERRY_CHECK(newEvent(&copied));
-    FERRY_CHECK(copied->record(c));
-    FERRY_CHECK(streams[n.stream]->waitEvent(*copied));
+    FERRY_CHECK(newEvent(&n.copied));
+    FERRY_CHECK(n.copied->record(c));
+    FERRY_CHECK(streams[n.stream]->waitEvent(*n.copied));
+    if (t.isSend && n.op.direct != nullptr) {
+      // Acquire (the wait): the proxy's release store of `sent` once the
+      // network has taken every chunk out of the user's buffer.
+      NetWords& words = n.conn->netBuffers->words();
+      FERRY_CHECK(userWaitAt(*streams[n.stream], words.sent.raw(), n.op.seq + 1));
+    }
     FERRY_TRACE(
-        kLogP2p | kLogNet, "%s peer %d: message %llu (%llu bytes, chunks %llu..%llu) via %s",
+        kLogP2p | kLogNet, "%s peer %d: message %llu (%llu bytes, chunks %llu..%llu%s) via %s",
         t.isSend ? "send to" : "recv from", t.peer, static_cast<unsigned long long>(n.op.seq),
         static_cast<unsigned long long>(t.bytes), static_cast<unsigned long long>(n.op.firstChunk),
         static_cast<unsigned long long>(n.op.firstChunk + n.op.chunks() - 1),
-        transportName(TransportId::Net));
+        n.op.direct != nullptr ? ", direct" : "", transportName(TransportId::Net));
   }
   return ncclSuccess;
 }

@@ -40,7 +40,7 @@ Status checkArrival(const ConnectionBase& conn, const NetOp& op, uint64_t chunk,
   bool match = size == op.wireSize(k);
   if (match && op.last(k)) {
     uint64_t trailer = 0;
-    memcpy(&trailer, op.data + k * op.chunkBytes + op.chunkSize(k), sizeof(trailer));
+    memcpy(&trailer, op.chunkAt(k) + op.chunkSize(k), sizeof(trailer));
     sentBytes = trailer ^ kNetTrailerMagic;
     match = sentBytes == op.bytes;
   }
@@ -189,8 +189,8 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
     NetOp* op = opOf(c, chunk);
     if (op == nullptr) return ncclSuccess;  // no posted message has it yet
     const uint64_t k = chunk - op->firstChunk;
-    void* at = op->data + k * op->chunkBytes;
-    void* mhandle = op->mhandles[l];
+    void* at = op->chunkAt(k);
+    void* mhandle = op->mhandleOf(k, l);
     void* request = nullptr;
     Status s;
     if (c.conn->isSend) {
@@ -201,11 +201,20 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
       // Acquire: pairs with the copy stream's write of `drained` after its
       // copies out of this (reused) block; only then may chunks land in it.
       if (op->reuseAfter > words.drained.load()) return ncclSuccess;
+      // Acquire: pairs with the copy stream's write of `ready` once the
+      // user's stream reached the receive; before it, the user's buffer
+      // may still be in use.
+      if (op->directChunk(k) && words.ready.load() <= op->seq) return ncclSuccess;
       // Room for a full chunk and a trailer (inside the block): a send of
       // another size then lands whole, and checkArrival names the
       // difference; a chunk of the right size never touches its neighbour.
-      size_t want =
-          std::min(op->chunkBytes + kNetTrailerBytes, op->blockBytes - k * op->chunkBytes);
+      // A direct chunk gets exactly its share of the user's buffer: a
+      // larger one fails in the engine (a truncation, named as a size
+      // mismatch by testFailed).
+      const uint64_t blockAt = op->direct != nullptr ? 0 : k * op->chunkBytes;
+      size_t want = op->directChunk(k)
+                        ? op->chunkBytes
+                        : std::min(op->chunkBytes + kNetTrailerBytes, op->blockBytes - blockAt);
       int tag = 0;
       s = link.engine->irecv(link.comm, 1, &at, &want, &tag, &mhandle, &request);
     }

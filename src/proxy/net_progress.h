@@ -13,7 +13,12 @@
 // A message's last chunk carries an 8-byte trailer after its bytes (the
 // message's size, scrambled with kNetTrailerMagic), so a receive whose send
 // has a different size fails with a clear error instead of taking another
-// message's bytes.
+// message's bytes. With FERRY_NET_GDR (an engine that takes device memory)
+// a message's other chunks go straight from the sender's buffer and into
+// the receiver's (NetOp::direct); a direct receive posts them only once its
+// stream has reached the receive (`ready`), and its last chunk (with the
+// trailer) still lands in staging. The wire format is the same either way,
+// so each side chooses alone.
 //
 // Striping: a connection has L links (comms; FERRY_NET_LINKS, agreed by all
 // ranks) and chunk k travels on link k % L on both sides. Chunk numbers are
@@ -62,9 +67,13 @@ struct NetOp {
   const void* owner = nullptr;  // the engine (detach)
   ConnectionBase* conn = nullptr;
   uint64_t seq = 0;         // message number on the connection
-  char* data = nullptr;     // the message's staging block
+  char* data = nullptr;     // the message's staging block (only its last chunk when direct)
   uint64_t blockBytes = 0;  // its size (>= bytes + the trailer)
   NetMhandles mhandles{};   // data's registration on each of conn's links
+  // FERRY_NET_GDR: every chunk but the last goes between the user's buffer
+  // and the network directly (null: all through `data`).
+  char* direct = nullptr;
+  NetMhandles directMh{};  // direct's allocation, registered on each link
   uint64_t bytes = 0;
   uint64_t chunkBytes = 0;
   uint64_t firstChunk = 0;                    // connection-wide number of the message's chunk 0
@@ -81,6 +90,17 @@ struct NetOp {
   // Bytes of the message in chunk k, and what travels (the trailer too).
   uint64_t chunkSize(uint64_t k) const { return last(k) ? bytes - k * chunkBytes : chunkBytes; }
   uint64_t wireSize(uint64_t k) const { return chunkSize(k) + (last(k) ? kNetTrailerBytes : 0); }
+  bool directChunk(uint64_t k) const { return direct != nullptr && !last(k); }
+  // Where chunk k's bytes are read from (send) or land (receive): the user's
+  // buffer for a direct chunk; else the staging block, which holds the
+  // whole message or, when direct, only the last chunk (at its start).
+  char* chunkAt(uint64_t k) const {
+    if (directChunk(k)) return direct + k * chunkBytes;
+    return data + (direct != nullptr ? 0 : k * chunkBytes);
+  }
+  void* mhandleOf(uint64_t k, size_t link) const {
+    return directChunk(k) ? directMh[link] : mhandles[link];
+  }
 };
 
 class NetProgress {

@@ -12,6 +12,9 @@ NetBuffers::~NetBuffers() {
   // Deregistered before the links close their comms (the connection
   // destroys its buffers first); the memory goes after its registrations.
   for (Region& b : blocks_) deregister(b);
+  for (DirectRegion& d : direct_) {
+    for (size_t k = 0; k < links_.size(); ++k) links_[k]->deregMr(d.mhandles[k]);
+  }
 }
 
 void NetBuffers::deregister(Region& r) {
@@ -29,7 +32,48 @@ Status NetBuffers::init() {
   words_->sent.store(0);
   words_->arrived.store(0);
   words_->drained.store(0);
+  words_->ready.store(0);
+  directCapable_ = true;
+  for (NetLink* l : links_) {
+    net::NetProperties p;
+    const bool known = ok(l->engine->properties(l->dev, &p));
+    directCapable_ = directCapable_ && known && (p.ptrSupport & net::kPtrCuda) != 0 &&
+                     (isSend_ || !p.forceFlush);
+  }
   return ncclSuccess;
+}
+
+bool NetBuffers::directRegistration(const rt::AllocationInfo& a, NetMhandles* mhandles) {
+  for (const DirectRegion& d : direct_) {
+    if (d.allocId != a.allocId) continue;
+    *mhandles = d.mhandles;
+    return true;
+  }
+  if (!directCapable_ || directRefused_ || direct_.size() >= kMaxDirectRegions) return false;
+  DirectRegion d;
+  d.allocId = a.allocId;
+  void* base = reinterpret_cast<void*>(a.base);
+  for (size_t k = 0; k < links_.size(); ++k) {
+    Status s = links_[k]->regMr(base, a.size, &d.mhandles[k], net::kPtrCuda);
+    if (ok(s)) continue;
+    for (size_t j = 0; j < k; ++j) links_[j]->deregMr(d.mhandles[j]);
+    directRefused_ = true;
+    FERRY_WARN(
+        "NET/%s: registering %llu bytes of device memory (link %zu) failed: %s; this %s "
+        "connection stages through host memory from now on",
+        links_[k]->engine->name(), static_cast<unsigned long long>(a.size), k, statusString(s),
+        isSend_ ? "send" : "receive");
+    return false;
+  }
+  FERRY_INFO(kLogNet | kLogAlloc,
+             "NET/%s: %s connection registered device allocation %llu (%llu "
+             "bytes) for direct transfers (%zu of %d)",
+             links_[0]->engine->name(), isSend_ ? "send" : "receive",
+             static_cast<unsigned long long>(a.allocId), static_cast<unsigned long long>(a.size),
+             direct_.size() + 1, kMaxDirectRegions);
+  direct_.push_back(d);
+  *mhandles = d.mhandles;
+  return true;
 }
 
 Status NetBuffers::allocate(uint64_t bytes, Region* out) {

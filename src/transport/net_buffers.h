@@ -36,6 +36,8 @@ struct NetWords {
   CtrlWord sent;     // sender: messages the network took in full (proxy writes)
   CtrlWord arrived;  // receiver: chunks landed in staging (proxy writes)
   CtrlWord drained;  // receiver: messages copied out of staging (its copy stream writes)
+  CtrlWord ready;    // receiver: messages whose user buffer may be written (its copy stream
+                     // writes; direct receives only, FERRY_NET_GDR)
 };
 
 class NetBuffers {
@@ -76,6 +78,17 @@ class NetBuffers {
   // *mhandles: the block's registration on each link (by link index).
   [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
                             NetMhandles* mhandles, uint64_t* size, uint64_t* reuseAfter);
+  // FERRY_NET_GDR: whether every link's engine takes device memory
+  // (net::kPtrCuda) and, on a receive connection, needs no flush to make
+  // what lands there visible to the GPU (forceFlush: not supported).
+  bool directCapable() const { return directCapable_; }
+  // The registration on every link of the device allocation `a` (a user
+  // buffer sent from or received into directly), made on first use and kept
+  // until the connection closes: false (nothing registered) when this
+  // connection already holds kMaxDirectRegions, or a link refused it (WARN
+  // once): the message then goes through staging.
+  [[nodiscard]] bool directRegistration(const rt::AllocationInfo& a, NetMhandles* mhandles);
+  static constexpr int kMaxDirectRegions = 64;
   static constexpr int kRecvBlocksPerSize = 2;
   static constexpr int kSendBlocksPerSize = 4;
   uint64_t stagingBytes() const { return stagingBytes_; }
@@ -98,6 +111,13 @@ class NetBuffers {
   NetWords* words_ = nullptr;
   std::vector<Region> blocks_;
   uint64_t stagingBytes_ = 0;
+  struct DirectRegion {
+    uint64_t allocId = 0;
+    NetMhandles mhandles{};
+  };
+  std::vector<DirectRegion> direct_;
+  bool directCapable_ = false;
+  bool directRefused_ = false;
 };
 
 }  // namespace ferry

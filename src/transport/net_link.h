@@ -61,11 +61,13 @@ struct NetLink {
     comm = nullptr;
   }
 
-  // Registers host memory on the comm; ncclSystemError once it is closed.
-  [[nodiscard]] Status regMr(void* data, size_t bytes, void** mhandle) {
+  // Registers memory on the comm (host memory, or device memory with
+  // net::kPtrCuda where the engine takes it); ncclSystemError once the comm
+  // is closed.
+  [[nodiscard]] Status regMr(void* data, size_t bytes, void** mhandle, int type = net::kPtrHost) {
     std::lock_guard<std::mutex> lock(mu);
     if (comm == nullptr) FERRY_FAIL(ncclSystemError, "NET/%s: connection closed", engine->name());
-    return engine->regMr(comm, data, bytes, net::kPtrHost, mhandle);
+    return engine->regMr(comm, data, bytes, type, mhandle);
   }
   // Deregisters (nothing to do once the comm is closed: the engine freed
   // its registrations with it).

@@ -84,19 +84,25 @@ std::string describePending(const std::vector<PendingLink>& pending) {
 }
 
 // Once per connection, when its last link is up.
-void logConnected(const ConnectionBase& c, int me) {
+// "/GDRDMA" (as NCCL says it) where messages go between the user's buffers
+// and the network directly (FERRY_NET_GDR=1 and an engine that takes
+// device memory); else " (host-staged)": the bytes go through pinned host
+// memory and no GPU memory is registered with the engine.
+void logConnected(const ConnectionBase& c, int me, bool gdr) {
   for (const auto& link : c.net) {
     if (link->comm == nullptr) return;
   }
   const char* name = transportName(TransportId::Net);
   char striped[32] = "";
   if (c.net.size() > 1) snprintf(striped, sizeof(striped), " x%zu links", c.net.size());
+  const bool direct = gdr && c.netBuffers != nullptr && c.netBuffers->directCapable();
+  const char* memory = direct ? "/GDRDMA" : " (host-staged)";
   if (c.isSend) {
-    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d%s", me, c.peer, name,
-               c.net[0]->dev, striped);
+    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d%s%s", me, c.peer, name,
+               c.net[0]->dev, memory, striped);
   } else {
-    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d [receive]%s", c.peer, me, name,
-               c.net[0]->dev, striped);
+    FERRY_INFO(kLogNet | kLogInit, "connection %d -> %d via %s/%d%s [receive]%s", c.peer, me, name,
+               c.net[0]->dev, memory, striped);
   }
 }
 
@@ -265,7 +271,7 @@ Status connectNetPeers(const P2pSetupContext& ctx, int links, std::vector<NetHan
         continue;
       }
       pending.erase(pending.begin() + static_cast<long>(i));
-      logConnected(*p.conn, me);
+      logConnected(*p.conn, me, ctx.params != nullptr && ctx.params->getInt(ParamId::NetGdr) != 0);
       completed = true;
     }
     if (pending.empty()) break;

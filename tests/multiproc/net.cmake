@@ -25,6 +25,12 @@ ferry_net_test(net.initdestroy.4x2 8 initdestroy)
 ferry_net_test(net.bogus.2x2 4 bogus)
 ferry_net_test(net.badlinks.2x2 4 badlinks)
 ferry_net_test(net.plugin.2x2 4 plugin)
+# FERRY_NET_GDR with a plugin that takes device memory: messages go between
+# the users' buffers and the plugin directly (16 KiB chunks: most messages
+# span several); with 2 links, each registers the buffers.
+ferry_net_test(net.gdr.2x2 4 gdr "FERRY_NET_GDR=1;FERRY_TEST_NET_PTR_CUDA=1;FERRY_NET_CHUNK_BYTES=16K")
+ferry_net_test(net.gdr.striped.2x2 4 gdr
+  "FERRY_NET_GDR=1;FERRY_TEST_NET_PTR_CUDA=1;FERRY_NET_CHUNK_BYTES=16K;FERRY_NET_LINKS=2")
 # Striped connections (3 links each) connect and log as such.
 ferry_net_test(net.connect.striped.2x2 4 connect FERRY_NET_LINKS=3)
 # The plugin reports two NICs: connections and ring channels spread over both.
@@ -89,6 +95,18 @@ ferry_net_p2p_test(net.p2p.alltoall.plugin.3x1 3 1 alltoall
   "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
 ferry_net_p2p_test(net.p2p.alltoall.plugin6.2x1 2 1 alltoall
   "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v6>;NCCL_NET=ferrytest")
+
+# In-place exchanges across hosts (a receive into the bytes its group
+# sends): the receive copies out only after the send was staged.
+ferry_net_p2p_test(net.p2p.inplace.2x1 2 1 inplace "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_NET_CHUNK_BYTES=64K")
+# FERRY_NET_GDR with the test plugin taking device memory: messages of the
+# cases' ncclMemAlloc buffers go direct (in-place ones stay staged).
+set(gdr "FERRY_NET_GDR=1;FERRY_TEST_NET_PTR_CUDA=1;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
+ferry_net_p2p_test(net.p2p.gdr.alltoall.3x1 3 1 alltoall "${gdr};FERRY_NET_CHUNK_BYTES=64K")
+ferry_net_p2p_test(net.p2p.gdr.stress.2x2 4 2 stress "${gdr};FERRY_NET_CHUNK_BYTES=4K;FERRY_NET_LINKS=2")
+ferry_net_p2p_test(net.p2p.gdr.mixes.2x1 2 1 mixes "${gdr};FERRY_NET_CHUNK_BYTES=16K")
+ferry_net_p2p_test(net.p2p.gdr.inplace.2x1 2 1 inplace
+  "${gdr};FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_NET_CHUNK_BYTES=64K")
 
 # Kernel p2p across hosts (NCCL_PASS_SM=0): every message is kernel p2p,
 # lanes to the other hosts carried by the proxy's persistent hops; the test

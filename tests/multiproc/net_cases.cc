@@ -8,7 +8,7 @@
 // (NCCL_DEBUG_FILE, one file per process), whose lines
 // "connection A -> B via <transport>" are what users see too.
 //
-// Usage: ferry-run -n N mp_net <connect|initdestroy|bogus|plugin|mismatch>
+// Usage: ferry-run -n N mp_net <connect|initdestroy|bogus|plugin|mismatch|gdr>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -124,7 +124,13 @@ void checkConnections(const Ctx& ctx, const std::string& engine) {
                   send.c_str());
       continue;
     }
-    const std::string via = " via NET/" + engine + "/" + std::to_string((q + local) % ndev);
+    // FERRY_NET_GDR=1 with an engine that takes device memory: "/GDRDMA".
+    const char* gdr = getenv("FERRY_NET_GDR");
+    const char* cuda = getenv("FERRY_TEST_NET_PTR_CUDA");
+    const bool direct = gdr != nullptr && strcmp(gdr, "1") == 0 && engine == "FerryTest" &&
+                        cuda != nullptr && strcmp(cuda, "1") == 0;
+    const std::string via = " via NET/" + engine + "/" + std::to_string((q + local) % ndev) +
+                            (direct ? "/GDRDMA" : " (host-staged)");
     const std::string recv = "connection " + std::to_string(q) + " -> " + std::to_string(me);
     // FERRY_NET_LINKS > 1: the line names the links.
     const char* linksEnv = getenv("FERRY_NET_LINKS");
@@ -550,6 +556,10 @@ void casePlugin(Ctx& ctx) {
               "the plugin carried nothing: isend %lld -> %lld, irecv %lld -> %lld", sends,
               counter("isend"), recvs, counter("irecv"));
   EXPECT_TRUE(counter("regMr") > 0, "no memory registered with the plugin");
+  // FERRY_NET_GDR is off by default: no device memory reaches the plugin.
+  EXPECT_TRUE(counter("regMrCuda") == 0 && counter("isendCuda") == 0,
+              "device memory registered (%lld) or sent from (%lld) without FERRY_NET_GDR",
+              counter("regMrCuda"), counter("isendCuda"));
   w.destroy();
   EXPECT_OK(ncclFerryStreamDestroy(w.stream));
   EXPECT_TRUE(
@@ -559,15 +569,131 @@ void casePlugin(Ctx& ctx) {
   dlclose(lib);
 }
 
+// FERRY_NET_GDR=1 with an engine that takes device memory (the test plugin
+// with FERRY_TEST_NET_PTR_CUDA=1; on the host runtime device memory is plain
+// memory): messages of more than one chunk (FERRY_NET_CHUNK_BYTES=16K here)
+// go between the users' buffers (ncclMemAlloc) and the plugin directly,
+// and the plugin checks that each request lies inside its registration.
+// Three rounds of exchanges with every rank, sizes from 0 bytes to several
+// chunks, on the same buffers: each buffer is registered once per link,
+// however many rounds use it. Every byte is checked, and the byte after
+// each receive must stay untouched.
+void caseGdr(Ctx& ctx) {
+  const char* path = FERRY_TEST_NET_PLUGIN_V11;
+  setenv("NCCL_NET_PLUGIN", path, 1);
+  setenv("NCCL_NET", "ferrytest", 1);
+  ncclComm_t comm = nullptr;
+  double s = 0;
+  EXPECT_OK(timedInit(ctx, &comm, &s));
+  if (gFailures > 0) return;
+  checkConnections(ctx, "FerryTest");
+  void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  auto counter =
+      lib != nullptr ? reinterpret_cast<CounterFn>(dlsym(lib, "ferryTestNetCounters")) : nullptr;
+  EXPECT_TRUE(counter != nullptr, "the test plugin is not loaded: %s", dlerror());
+  if (counter == nullptr) return;
+  World w = makeWorld(ctx, comm);
+  constexpr size_t kCap = (640 << 10) + 3;
+  std::vector<std::unique_ptr<TestBuffer>> out, in;
+  for (int p = 0; p < w.nranks; ++p) {
+    out.push_back(std::make_unique<TestBuffer>(kCap, BufferKind::Mapped));
+    in.push_back(std::make_unique<TestBuffer>(kCap, BufferKind::Mapped));
+  }
+  long long regsAfterFirst = 0;
+  std::vector<char> host(kCap), want(kCap);
+  for (uint64_t round = 0; round < 3; ++round) {
+    auto size = [&](int from, int to) -> size_t {
+      Rng pick(w.seed ^ (round * 0x9E3779B97F4A7C15ULL), static_cast<uint64_t>(from * 64 + to));
+      return pick.below(4) == 0 ? pick.below(3) : 1 + pick.below(kCap);
+    };
+    EXPECT_OK(ncclGroupStart());
+    for (int p = 0; p < w.nranks; ++p) {
+      expectedPayload(w, 300 + round, w.rank, p, host.data(), size(w.rank, p));
+      out[p]->upload(host.data(), size(w.rank, p));
+      memset(host.data(), 0x5A, kCap);
+      in[p]->upload(host.data(), kCap);
+      EXPECT_OK(ncclSend(out[p]->data(), size(w.rank, p), ncclInt8, p, w.comm, w.stream));
+      EXPECT_OK(ncclRecv(in[p]->data(), size(p, w.rank), ncclInt8, p, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    for (int p = 0; p < w.nranks; ++p) {
+      const size_t n = size(p, w.rank);
+      in[p]->download(host.data(), kCap);
+      expectedPayload(w, 300 + round, p, w.rank, want.data(), n);
+      EXPECT_TRUE(memcmp(host.data(), want.data(), n) == 0, "round %llu: %zu bytes from %d differ",
+                  static_cast<unsigned long long>(round), n, p);
+      EXPECT_TRUE(n == kCap || static_cast<unsigned char>(host[n]) == 0x5A,
+                  "round %llu: the receive from %d wrote past its %zu bytes",
+                  static_cast<unsigned long long>(round), p, n);
+    }
+    if (round == 0) regsAfterFirst = counter("regMrCuda");
+  }
+  // A direct send's buffer belongs to the user again once the send is done
+  // on its stream: a self copy queued right behind it overwrites it, and
+  // the partner must still get the bytes from before. One side sends while
+  // the other only receives, then the other way round.
+  const int partner = (w.rank + kRanksPerHost) % w.nranks;
+  constexpr size_t kOver = (600 << 10) + 1;
+  static_assert(kOver <= kCap, "the overwrite fits the buffers");
+  TestBuffer later(kOver, BufferKind::Mapped);
+  for (int phase = 0; phase < 2; ++phase) {
+    const bool sends = (hostOf(w.rank) == 0) == (phase == 0);
+    if (sends) {
+      expectedPayload(w, 400 + phase, w.rank, partner, host.data(), kOver);
+      out[partner]->upload(host.data(), kOver);
+      expectedPayload(w, 410 + phase, w.rank, w.rank, host.data(), kOver);
+      later.upload(host.data(), kOver);
+      EXPECT_OK(ncclSend(out[partner]->data(), kOver, ncclInt8, partner, w.comm, w.stream));
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(later.data(), kOver, ncclInt8, w.rank, w.comm, w.stream));
+      EXPECT_OK(ncclRecv(out[partner]->data(), kOver, ncclInt8, w.rank, w.comm, w.stream));
+      EXPECT_OK(ncclGroupEnd());
+    } else {
+      EXPECT_OK(ncclRecv(in[partner]->data(), kOver, ncclInt8, partner, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    if (sends) {
+      out[partner]->download(host.data(), kOver);
+      expectedPayload(w, 410 + phase, w.rank, w.rank, want.data(), kOver);
+      EXPECT_TRUE(memcmp(host.data(), want.data(), kOver) == 0, "the self copy did not land");
+    } else {
+      in[partner]->download(host.data(), kOver);
+      expectedPayload(w, 400 + phase, partner, w.rank, want.data(), kOver);
+      EXPECT_TRUE(memcmp(host.data(), want.data(), kOver) == 0,
+                  "phase %d: the bytes from %d were overwritten before they left", phase, partner);
+    }
+  }
+  printf("rank %d: direct: regMrCuda %lld isendCuda %lld irecvCuda %lld (regMr %lld)\n",
+         ctx.env.rank, counter("regMrCuda"), counter("isendCuda"), counter("irecvCuda"),
+         counter("regMr"));
+  EXPECT_TRUE(counter("isendCuda") > 0 && counter("irecvCuda") > 0,
+              "nothing went directly: isendCuda %lld irecvCuda %lld", counter("isendCuda"),
+              counter("irecvCuda"));
+  // One registration per buffer and link at most, however many rounds used it.
+  long long remote = 0;
+  for (int q = 0; q < w.nranks; ++q) remote += hostOf(q) != hostOf(w.rank);
+  const char* linksEnv = getenv("FERRY_NET_LINKS");
+  const long long links = linksEnv != nullptr ? atoi(linksEnv) : 1;
+  EXPECT_TRUE(regsAfterFirst > 0 && counter("regMrCuda") <= 2 * remote * links,
+              "device registrations: %lld after round 1, %lld after round 3 (at most %lld: one "
+              "per buffer and link)",
+              regsAfterFirst, counter("regMrCuda"), 2 * remote * links);
+  EXPECT_OK(ncclFerryBootstrapBarrier(comm));
+  w.destroy();
+  EXPECT_OK(ncclFerryStreamDestroy(w.stream));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Ctx&)>> cases = {
       {"connect", caseConnect},   {"initdestroy", caseInitDestroy}, {"bogus", caseBogus},
       {"badlinks", caseBadLinks}, {"plugin", casePlugin},           {"mismatch", caseMismatch},
+      {"gdr", caseGdr},
   };
   if (argc != 2 || cases.count(argv[1]) == 0) {
-    fprintf(stderr, "usage: ferry-run -n N %s <connect|initdestroy|bogus|plugin|mismatch>\n",
+    fprintf(stderr, "usage: ferry-run -n N %s <connect|initdestroy|bogus|plugin|mismatch|gdr>\n",
             argv[0]);
     return 2;
   }

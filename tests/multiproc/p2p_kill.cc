@@ -73,15 +73,26 @@ int main(int argc, char** argv) {
   // Slow the receiver down so the peer dies while data is in flight.
   EXPECT_OK(ncclFerryStreamSynchronize(stream));
   double s = secondsSince(start);
+  // The receive may also have completed: its bytes can be copied out of the
+  // peer's memory even after the peer died (trap 55: released after 0.68 s
+  // with no error yet, on a loaded 2-core machine). Either way the death
+  // must be reported, by the transfer or by the liveness check, within
+  // seconds.
   ncclResult_t state = ncclSuccess;
-  EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  do {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+    if (state != ncclSuccess) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (Clock::now() < deadline);
+  const double reported = secondsSince(start);
   int status = 0;
   waitpid(pid, &status, 0);
-  printf("peer killed (signal %d); receive released after %.3f s; async error: %s\n",
-         WIFSIGNALED(status) ? WTERMSIG(status) : 0, s, ncclGetErrorString(state));
+  printf("peer killed (signal %d); receive released after %.3f s; async error after %.3f s: %s\n",
+         WIFSIGNALED(status) ? WTERMSIG(status) : 0, s, reported, ncclGetErrorString(state));
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "peer did not die as planned");
   EXPECT_TRUE(state == ncclRemoteError, "async error %d", state);
-  EXPECT_TRUE(s < 30.0, "took %.1f s", s);
+  EXPECT_TRUE(s < 30.0 && reported < 30.0, "took %.1f s (reported after %.1f s)", s, reported);
   // New work on a failed communicator is refused, not hung.
   EXPECT_RESULT(ncclSend(small.data(), 16, ncclInt8, 1, comm, stream), ncclRemoteError);
   EXPECT_OK(ncclCommAbort(comm));

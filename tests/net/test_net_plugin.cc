@@ -17,7 +17,10 @@
 // FERRY_TEST_NET_DEVICES=N (1..8, default 1) makes it report N devices
 // ("NICs", all on loopback); ferryTestNetCounters("listen@d") and
 // ("connect@d") count the calls on device d; ("isendBytes") the bytes of
-// the isends it accepted.
+// the isends it accepted. FERRY_TEST_NET_PTR_CUDA=1 makes it take
+// NCCL_PTR_CUDA registrations too (device memory is plain memory on Ferry's
+// host runtime); ("regMrCuda"), ("isendCuda") and ("irecvCuda") count the
+// registrations of that type and the requests made on such memory.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -124,7 +127,19 @@ struct MemHandle {
   uint32_t magic;
   const char* base;
   size_t size;
+  int type;  // NCCL_PTR_HOST or NCCL_PTR_CUDA
 };
+
+std::atomic<long long> gRegMrCuda{0}, gIsendCuda{0}, gIrecvCuda{0};
+
+bool takesCuda() {
+  const char* v = getenv("FERRY_TEST_NET_PTR_CUDA");
+  return v != nullptr && strcmp(v, "1") == 0;
+}
+
+bool onCuda(void* mhandle) {
+  return static_cast<MemHandle*>(mhandle)->type == NCCL_PTR_CUDA;
+}
 
 struct Comm;
 
@@ -280,7 +295,7 @@ ncclResult_t fillCommonProperties(int dev, Props* props) {
   props->name = const_cast<char*>("ferrytest-lo");
   props->pciPath = nullptr;
   props->guid = 0xFE77;
-  props->ptrSupport = NCCL_PTR_HOST;
+  props->ptrSupport = NCCL_PTR_HOST | (takesCuda() ? NCCL_PTR_CUDA : 0);
   props->speed = 10000;
   props->port = 1;
   props->latency = 5.5f;
@@ -426,9 +441,11 @@ ncclResult_t regMrCommon(void* comm, void* data, size_t size, int type, void** m
   count(kRegMr);
   *mhandle = nullptr;
   auto* c = static_cast<Comm*>(comm);
-  if (c == nullptr || c->magic != kCommMagic || type != NCCL_PTR_HOST) return ncclInvalidArgument;
-  auto* mr = new (std::nothrow) MemHandle{kMrMagic, static_cast<const char*>(data), size};
+  const bool typeOk = type == NCCL_PTR_HOST || (type == NCCL_PTR_CUDA && takesCuda());
+  if (c == nullptr || c->magic != kCommMagic || !typeOk) return ncclInvalidArgument;
+  auto* mr = new (std::nothrow) MemHandle{kMrMagic, static_cast<const char*>(data), size, type};
   if (mr == nullptr) return ncclSystemError;
+  if (type == NCCL_PTR_CUDA) gRegMrCuda.fetch_add(1, std::memory_order_relaxed);
   *mhandle = mr;
   return ncclSuccess;
 }
@@ -470,6 +487,7 @@ ncclResult_t isendCommon(void* sendComm, void* data, size_t size, void* mhandle,
   ncclResult_t r = post(comm, true, data, size, request);
   if (r == ncclSuccess && *request != nullptr) {
     gIsendBytes.fetch_add(static_cast<long long>(size), std::memory_order_relaxed);
+    if (onCuda(mhandle)) gIsendCuda.fetch_add(1, std::memory_order_relaxed);
   }
   return r;
 }
@@ -486,7 +504,11 @@ ncclResult_t irecvCommon(void* recvComm, int n, void** data, const size_t* sizes
     PLUGIN_LOG(NCCL_LOG_WARN, "ferrytest: irecv of %zu bytes outside its registration", sizes[0]);
     return ncclInvalidArgument;
   }
-  return post(comm, false, data[0], sizes[0], request);
+  ncclResult_t r = post(comm, false, data[0], sizes[0], request);
+  if (r == ncclSuccess && *request != nullptr && onCuda(mhandles[0])) {
+    gIrecvCuda.fetch_add(1, std::memory_order_relaxed);
+  }
+  return r;
 }
 
 ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
@@ -646,6 +668,9 @@ ncclResult_t irecvV6(void* recvComm, int n, void** data, int* sizes, int*, void*
 extern "C" FERRY_TEST_EXPORT long long ferryTestNetCounters(const char* fn) {
   if (fn == nullptr) return -1;
   if (strcmp(fn, "isendBytes") == 0) return gIsendBytes.load();
+  if (strcmp(fn, "regMrCuda") == 0) return gRegMrCuda.load();
+  if (strcmp(fn, "isendCuda") == 0) return gIsendCuda.load();
+  if (strcmp(fn, "irecvCuda") == 0) return gIrecvCuda.load();
   for (int i = 0; i < kFnCount; ++i) {
     if (strcmp(fn, kFnNames[i]) == 0) return gCalls[i].load();
   }
