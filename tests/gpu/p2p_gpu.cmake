@@ -75,3 +75,16 @@ set_tests_properties(gpu.p2p.stress.ll PROPERTIES
 ferry_gpu_p2p_test(gpu.p2p.stagingcap stagingcap)
 set_tests_properties(gpu.p2p.stagingcap PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=10000")
+# The SM-free network path on 2 GPUs: each rank its own emulated host
+# (FERRY_TEST_RANKS_PER_HOST=1 sets NCCL_HOSTID), loopback sockets; written
+# in session 26, not yet run on a GPU.
+function(ferry_gpu_net_p2p_test name case)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+            $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 280 $<TARGET_FILE:mp_p2p> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "FERRY_TEST_RANKS_PER_HOST=1;NCCL_SOCKET_IFNAME=lo;${ARGN}")
+endfunction()
+ferry_gpu_net_p2p_test(gpu.p2p.net.alltoall alltoall)
+ferry_gpu_net_p2p_test(gpu.p2p.net.mixes mixes)
+ferry_gpu_net_p2p_test(gpu.p2p.net.inplace inplace FERRY_P2P_KERNEL_MAX_BYTES=0)
