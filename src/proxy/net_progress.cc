@@ -146,6 +146,8 @@ Status NetProgress::retire(ConnState& c, const InFlight& f) {
   NetOp& op = c.ops.front();
   if (!c.conn->isSend) {
     FERRY_CHECK(checkArrival(*c.conn, op, f.chunk, f.size));
+    // The last chunk (staged) retires after every direct one.
+    if (op.direct != nullptr && op.last(f.chunk - op.firstChunk)) FERRY_CHECK(flushDirect(c, op));
     // Release: the chunk's bytes are in the block before a stream that
     // acquires `arrived` copies them out.
     words.arrived.store(f.chunk + 1);
@@ -156,6 +158,42 @@ Status NetProgress::retire(ConnState& c, const InFlight& f) {
   if (c.conn->isSend) words.sent.store(op.seq + 1);
   finished_(op);
   c.ops.pop_front();
+  return ncclSuccess;
+}
+
+// An engine that wrote into GPU memory may need a flush (a read through
+// the same path) before the GPU sees every byte: per link, one iflush of
+// the last direct chunk it carried orders the ones before it. Waited for
+// here (a flush is one small read), bounded by FERRY_P2P_TIMEOUT.
+Status NetProgress::flushDirect(ConnState& c, const NetOp& op) {
+  const uint64_t nLinks = c.links.size();
+  const uint64_t last = op.chunks() - 2;  // the last direct chunk
+  for (uint64_t l = 0; l < nLinks; ++l) {
+    // The largest k <= last whose connection-wide chunk goes on link l.
+    const uint64_t back = (op.firstChunk + last + nLinks - l) % nLinks;
+    if (back > last) continue;
+    const uint64_t k = last - back;
+    NetLink& link = *c.conn->net[l];
+    void* data = op.chunkAt(k);
+    int size = static_cast<int>(op.chunkSize(k));
+    void* mhandle = op.directMh[l];
+    void* request = nullptr;
+    Status s = link.engine->iflush(link.comm, 1, &data, &size, &mhandle, &request);
+    const int64_t start = steadyNowNs();
+    for (int done = 0; ok(s) && request != nullptr && !done;) {
+      size_t sizes[1] = {0};
+      s = link.engine->test(request, &done, sizes);
+      if (ok(s) && !done && op.timeoutNs > 0 && steadyNowNs() - start > op.timeoutNs) {
+        s = ncclSystemError;
+      }
+    }
+    if (!ok(s)) {
+      FERRY_WARN("NET/%s: flushing a receive from peer %d (message %llu, link %llu) failed: %s",
+                 link.engine->name(), c.conn->peer, static_cast<unsigned long long>(op.seq),
+                 static_cast<unsigned long long>(l), statusString(s));
+      return peerFailure(s);
+    }
+  }
   return ncclSuccess;
 }
 

@@ -16,9 +16,11 @@
 // message's bytes. With FERRY_NET_GDR (an engine that takes device memory)
 // a message's other chunks go straight from the sender's buffer and into
 // the receiver's (NetOp::direct); a direct receive posts them only once its
-// stream has reached the receive (`ready`), and its last chunk (with the
-// trailer) still lands in staging. The wire format is the same either way,
-// so each side chooses alone.
+// stream has reached the receive (`ready`), its last chunk (with the
+// trailer) still lands in staging, and before `arrived` lets the stream
+// read the message, each link that carried direct chunks flushes them
+// (iflush, as NCCL does for GPUDirect receives). The wire format is the
+// same either way, so each side chooses alone.
 //
 // Striping: a connection has L links (comms; FERRY_NET_LINKS, agreed by all
 // ranks) and chunk k travels on link k % L on both sides. Chunk numbers are
@@ -144,6 +146,8 @@ class NetProgress {
   [[nodiscard]] Status testLinks(ConnState& c, bool* moved);
   [[nodiscard]] Status testFailed(ConnState& c, const InFlight& f, Status s);
   [[nodiscard]] Status retire(ConnState& c, const InFlight& f);
+  // A direct receive's chunks are in GPU memory: each link flushes them.
+  [[nodiscard]] Status flushDirect(ConnState& c, const NetOp& op);
   // The op that connection-wide chunk `chunk` belongs to; null when no
   // posted message has it yet.
   static NetOp* opOf(ConnState& c, uint64_t chunk);

@@ -37,8 +37,7 @@ Status NetBuffers::init() {
   for (NetLink* l : links_) {
     net::NetProperties p;
     const bool known = ok(l->engine->properties(l->dev, &p));
-    directCapable_ = directCapable_ && known && (p.ptrSupport & net::kPtrCuda) != 0 &&
-                     (isSend_ || !p.forceFlush);
+    directCapable_ = directCapable_ && known && (p.ptrSupport & net::kPtrCuda) != 0;
   }
   return ncclSuccess;
 }

@@ -79,8 +79,7 @@ class NetBuffers {
   [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
                             NetMhandles* mhandles, uint64_t* size, uint64_t* reuseAfter);
   // FERRY_NET_GDR: whether every link's engine takes device memory
-  // (net::kPtrCuda) and, on a receive connection, needs no flush to make
-  // what lands there visible to the GPU (forceFlush: not supported).
+  // (net::kPtrCuda).
   bool directCapable() const { return directCapable_; }
   // The registration on every link of the device allocation `a` (a user
   // buffer sent from or received into directly), made on first use and kept

@@ -574,6 +574,8 @@ void casePlugin(Ctx& ctx) {
 // memory): messages of more than one chunk (FERRY_NET_CHUNK_BYTES=16K here)
 // go between the users' buffers (ncclMemAlloc) and the plugin directly,
 // and the plugin checks that each request lies inside its registration.
+// The plugin keeps what it received into device memory scrambled until an
+// iflush on that comm, so a receive read before its flush fails the check.
 // Three rounds of exchanges with every rank, sizes from 0 bytes to several
 // chunks, on the same buffers: each buffer is registered once per link,
 // however many rounds use it. Every byte is checked, and the byte after
@@ -664,12 +666,16 @@ void caseGdr(Ctx& ctx) {
                   "phase %d: the bytes from %d were overwritten before they left", phase, partner);
     }
   }
-  printf("rank %d: direct: regMrCuda %lld isendCuda %lld irecvCuda %lld (regMr %lld)\n",
-         ctx.env.rank, counter("regMrCuda"), counter("isendCuda"), counter("irecvCuda"),
-         counter("regMr"));
+  printf(
+      "rank %d: direct: regMrCuda %lld isendCuda %lld irecvCuda %lld iflushCuda %lld (regMr "
+      "%lld)\n",
+      ctx.env.rank, counter("regMrCuda"), counter("isendCuda"), counter("irecvCuda"),
+      counter("iflushCuda"), counter("regMr"));
   EXPECT_TRUE(counter("isendCuda") > 0 && counter("irecvCuda") > 0,
               "nothing went directly: isendCuda %lld irecvCuda %lld", counter("isendCuda"),
               counter("irecvCuda"));
+  // Every direct receive is flushed (iflush per link) before its stream reads it.
+  EXPECT_TRUE(counter("iflushCuda") > 0, "%lld direct receives, no flush", counter("irecvCuda"));
   // One registration per buffer and link at most, however many rounds used it.
   long long remote = 0;
   for (int q = 0; q < w.nranks; ++q) remote += hostOf(q) != hostOf(w.rank);

@@ -21,6 +21,11 @@
 // NCCL_PTR_CUDA registrations too (device memory is plain memory on Ferry's
 // host runtime); ("regMrCuda"), ("isendCuda") and ("irecvCuda") count the
 // registrations of that type and the requests made on such memory.
+// Bytes received into such memory stay scrambled until an iflush on their
+// comm (a model of a NIC's writes that the GPU may not see before a
+// flush): a receiver that reads them unflushed gets garbage. The iflush
+// returns a request that test() completes at once; ("iflushCuda") counts
+// them.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -34,6 +39,8 @@
 #include <cstring>
 #include <deque>
 #include <new>
+#include <utility>
+#include <vector>
 
 #include "net/plugin_abi.h"
 
@@ -130,7 +137,15 @@ struct MemHandle {
   int type;  // NCCL_PTR_HOST or NCCL_PTR_CUDA
 };
 
-std::atomic<long long> gRegMrCuda{0}, gIsendCuda{0}, gIrecvCuda{0};
+std::atomic<long long> gRegMrCuda{0}, gIsendCuda{0}, gIrecvCuda{0}, gIflushCuda{0};
+
+// The one request an iflush returns (a flush of device memory): test()
+// completes it at once.
+constexpr uint32_t kFlushMagic = 0x464c5348;  // "FLSH"
+struct FlushRequest {
+  uint32_t magic = kFlushMagic;
+};
+FlushRequest gFlushRequest;
 
 bool takesCuda() {
   const char* v = getenv("FERRY_TEST_NET_PTR_CUDA");
@@ -155,6 +170,7 @@ struct Request {
   uint64_t header[2] = {};
   size_t headerDone = 0;
   size_t bodyDone = 0;
+  bool cuda = false;  // a receive into NCCL_PTR_CUDA memory
 };
 
 struct Comm {
@@ -162,8 +178,13 @@ struct Comm {
   int fd = -1;
   bool isSend = false;
   Request requests[kRequestsPerComm];
-  std::deque<Request*> queue;  // in posting order; only the head moves
+  std::deque<Request*> queue;                       // in posting order; only the head moves
+  std::vector<std::pair<char*, size_t>> unflushed;  // scrambled until iflush
 };
+
+void scramble(char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<char>(p[i] ^ 0x5C);
+}
 
 struct ListenComm {
   uint32_t magic = kListenMagic;
@@ -238,6 +259,10 @@ void progress(Comm* comm) {
     Request* head = comm->queue.front();
     if (!advance(head)) return;
     comm->queue.pop_front();
+    if (head->cuda && !head->failed) {
+      scramble(head->data, head->bodySize);
+      comm->unflushed.emplace_back(head->data, head->bodySize);
+    }
     if (head->failed) {
       // The byte stream is out of step: everything behind fails too.
       for (Request* r : comm->queue) r->failed = true;
@@ -507,19 +532,38 @@ ncclResult_t irecvCommon(void* recvComm, int n, void** data, const size_t* sizes
   ncclResult_t r = post(comm, false, data[0], sizes[0], request);
   if (r == ncclSuccess && *request != nullptr && onCuda(mhandles[0])) {
     gIrecvCuda.fetch_add(1, std::memory_order_relaxed);
+    static_cast<Request*>(*request)->cuda = true;
   }
   return r;
 }
 
-ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
+ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                    void** request) {
   count(kIflush);
   *request = nullptr;  // host memory: nothing to flush
+  auto* comm = static_cast<Comm*>(recvComm);
+  if (comm == nullptr || comm->magic != kCommMagic || comm->isSend) return ncclInvalidArgument;
+  for (auto& [p, len] : comm->unflushed) scramble(p, len);
+  comm->unflushed.clear();
+  if (n != 1 || !covers(mhandles[0], data[0], static_cast<size_t>(sizes[0]))) {
+    PLUGIN_LOG(NCCL_LOG_WARN, "ferrytest: iflush outside its registration");
+    return ncclInvalidArgument;
+  }
+  if (onCuda(mhandles[0])) {
+    gIflushCuda.fetch_add(1, std::memory_order_relaxed);
+    *request = &gFlushRequest;
+  }
   return ncclSuccess;
 }
 
 ncclResult_t test(void* request, int* done, int* sizes) {
   count(kTest);
   *done = 0;
+  if (request == &gFlushRequest) {
+    *done = 1;
+    if (sizes != nullptr) sizes[0] = 0;
+    return ncclSuccess;
+  }
   auto* r = static_cast<Request*>(request);
   if (r == nullptr || !r->inUse) return ncclInvalidArgument;
   progress(r->comm);
@@ -671,6 +715,7 @@ extern "C" FERRY_TEST_EXPORT long long ferryTestNetCounters(const char* fn) {
   if (strcmp(fn, "regMrCuda") == 0) return gRegMrCuda.load();
   if (strcmp(fn, "isendCuda") == 0) return gIsendCuda.load();
   if (strcmp(fn, "irecvCuda") == 0) return gIrecvCuda.load();
+  if (strcmp(fn, "iflushCuda") == 0) return gIflushCuda.load();
   for (int i = 0; i < kFnCount; ++i) {
     if (strcmp(fn, kFnNames[i]) == 0) return gCalls[i].load();
   }
