@@ -547,7 +547,7 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   for (const P2pTask& t : tasks) (isNet(t) ? net : local).push_back(t);
   // Both parts go, whatever the other's outcome: a part left out would
   // leave its peers waiting for their timeout.
-  Status n = net.empty() ? ncclSuccess : launchNet(net);
+  Status n = net.empty() ? ncclSuccess : launchNet(net, local);
   Status l = ncclSuccess;
   if (!local.empty()) {
     Stepped steps;

@@ -133,7 +133,10 @@ class P2pEngine {
   // Messages to and from peers on other hosts (p2p_net.cc).
   struct NetTask;
   bool isNet(const P2pTask& t) const;
-  [[nodiscard]] Status launchNet(const std::vector<P2pTask>& tasks);
+  // `local`: the launch's other tasks (same-host peers), which a direct
+  // transfer must not share bytes with.
+  [[nodiscard]] Status launchNet(const std::vector<P2pTask>& tasks,
+                                 const std::vector<P2pTask>& local);
   [[nodiscard]] Status prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq,
                                   uint64_t firstChunk, bool overlapped, NetOp* op);
   [[nodiscard]] Status submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTask>& net,

@@ -178,7 +178,7 @@ void P2pEngine::chooseNetDirect(const P2pTask& t, ConnectionBase& conn, NetOp& o
   op.direct = static_cast<char*>(t.buffer);
 }
 
-Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
+Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks, const std::vector<P2pTask>& local) {
   std::vector<void*> handles;
   Streams streams;
   std::vector<NetTask> net(tasks.size());
@@ -199,8 +199,15 @@ Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks) {
     FERRY_CHECK(streamFor(t.stream, handles, streams, &n.stream));
     for (const P2pTask& o : tasks)
       n.overlapped = n.overlapped || (o.isSend != t.isSend && overlaps(t, o));
+    // An overlap with a same-host task of the group is not ordered (the two
+    // parts are separate launches: NOTES.md trap 58's kind); such a task at
+    // least never goes direct, which would widen the window to the
+    // network's whole transfer time.
+    bool acrossParts = false;
+    for (const P2pTask& o : local)
+      acrossParts = acrossParts || (o.isSend != t.isSend && overlaps(t, o));
     FERRY_CHECK(prepareNet(t, n.conn, n.conn->nextSeq + e.messages, n.conn->nextChunk + e.chunks,
-                           n.overlapped, &n.op));
+                           n.overlapped || acrossParts, &n.op));
     ++e.messages;
     e.chunks += n.op.chunks();
   }
