@@ -20,6 +20,13 @@ bool overlaps(const P2pTask& a, const P2pTask& b) {
   return a.bytes > 0 && b.bytes > 0 && x < y + b.bytes && y < x + a.bytes;
 }
 
+bool overlapsOpposite(const P2pTask& t, const std::vector<P2pTask>& tasks) {
+  for (const P2pTask& o : tasks) {
+    if (o.isSend != t.isSend && overlaps(t, o)) return true;
+  }
+  return false;
+}
+
 P2pEngine::~P2pEngine() {
   if (!shutDown_) (void)shutdown(true, 10000);
 }
@@ -518,11 +525,7 @@ Status P2pEngine::claimPass(const std::vector<P2pTask>& tasks, std::vector<Op>& 
       awaitReceiver(tasks, ops, i);
       awaitStagingRoom(t, op);
     }
-    bool overlapsReceive = false;
-    for (const P2pTask& o : tasks) {
-      overlapsReceive = overlapsReceive || (!o.isSend && overlaps(t, o));
-    }
-    Status s = claimOne(t, t.isSend && overlapsReceive, op);
+    Status s = claimOne(t, t.isSend && overlapsOpposite(t, tasks), op);
     if (s != ncclSuccess) {
       failClaimed(ops, s);
       return s;

@@ -57,6 +57,9 @@ struct P2pTask {
 
 // Whether two tasks' byte ranges overlap.
 bool overlaps(const P2pTask& a, const P2pTask& b);
+// Whether a task of the other direction in `tasks` shares bytes with `t`
+// (an in-place exchange).
+bool overlapsOpposite(const P2pTask& t, const std::vector<P2pTask>& tasks);
 
 class P2pEngine {
  public:

@@ -197,15 +197,12 @@ Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks, const std::vector
                       : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
     Earlier& e = earlier[n.conn];
     FERRY_CHECK(streamFor(t.stream, handles, streams, &n.stream));
-    for (const P2pTask& o : tasks)
-      n.overlapped = n.overlapped || (o.isSend != t.isSend && overlaps(t, o));
+    n.overlapped = overlapsOpposite(t, tasks);
     // An overlap with a same-host task of the group is not ordered (the two
     // parts are separate launches: NOTES.md trap 58's kind); such a task at
     // least never goes direct, which would widen the window to the
     // network's whole transfer time.
-    bool acrossParts = false;
-    for (const P2pTask& o : local)
-      acrossParts = acrossParts || (o.isSend != t.isSend && overlaps(t, o));
+    const bool acrossParts = overlapsOpposite(t, local);
     FERRY_CHECK(prepareNet(t, n.conn, n.conn->nextSeq + e.messages, n.conn->nextChunk + e.chunks,
                            n.overlapped || acrossParts, &n.op));
     ++e.messages;

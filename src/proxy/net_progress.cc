@@ -249,7 +249,7 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
       // A direct chunk gets exactly its share of the user's buffer: a
       // larger one fails in the engine (a truncation, named as a size
       // mismatch by testFailed).
-      const uint64_t blockAt = op->direct != nullptr ? 0 : k * op->chunkBytes;
+      const uint64_t blockAt = static_cast<uint64_t>(static_cast<char*>(at) - op->data);
       size_t want = op->directChunk(k)
                         ? op->chunkBytes
                         : std::min(op->chunkBytes + kNetTrailerBytes, op->blockBytes - blockAt);

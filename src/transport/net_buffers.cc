@@ -11,16 +11,14 @@ namespace ferry {
 NetBuffers::~NetBuffers() {
   // Deregistered before the links close their comms (the connection
   // destroys its buffers first); the memory goes after its registrations.
-  for (Region& b : blocks_) deregister(b);
-  for (DirectRegion& d : direct_) {
-    for (size_t k = 0; k < links_.size(); ++k) links_[k]->deregMr(d.mhandles[k]);
-  }
+  for (Region& b : blocks_) deregister(b.mhandles);
+  for (DirectRegion& d : direct_) deregister(d.mhandles);
 }
 
-void NetBuffers::deregister(Region& r) {
+void NetBuffers::deregister(NetMhandles& mhandles) {
   for (size_t k = 0; k < links_.size(); ++k) {
-    links_[k]->deregMr(r.mhandles[k]);
-    r.mhandles[k] = nullptr;
+    links_[k]->deregMr(mhandles[k]);
+    mhandles[k] = nullptr;
   }
 }
 
@@ -55,7 +53,8 @@ bool NetBuffers::directRegistration(const rt::AllocationInfo& a, NetMhandles* mh
   for (size_t k = 0; k < links_.size(); ++k) {
     Status s = links_[k]->regMr(base, a.size, &d.mhandles[k], net::kPtrCuda);
     if (ok(s)) continue;
-    for (size_t j = 0; j < k; ++j) links_[j]->deregMr(d.mhandles[j]);
+    d.mhandles[k] = nullptr;  // the refused one holds nothing
+    deregister(d.mhandles);
     directRefused_ = true;
     FERRY_WARN(
         "NET/%s: registering %llu bytes of device memory (link %zu) failed: %s; this %s "
@@ -80,7 +79,7 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
   for (size_t k = 0; k < links_.size(); ++k) {
     Status s = links_[k]->regMr(out->mem->ptr(), bytes, &out->mhandles[k]);
     if (ok(s)) continue;
-    deregister(*out);
+    deregister(out->mhandles);
     out->mem.reset();
     FERRY_FAIL(s,
                "NET/%s: registering %llu bytes of host memory for a %s connection (link %zu) "

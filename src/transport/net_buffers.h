@@ -99,7 +99,8 @@ class NetBuffers {
     uint64_t busyUntil = 0;  // free once the connection's done word >= this
   };
   [[nodiscard]] Status allocate(uint64_t bytes, Region* out);
-  void deregister(Region& r);
+  // Deregisters each link's handle of one range (null ones skipped).
+  void deregister(NetMhandles& mhandles);
   // Waits for `sent` to reach `target`; false when the wait ran out or aborted.
   bool waitSent(uint64_t target, const SendWait& wait) const;
 

@@ -478,22 +478,31 @@ void checkAllReduce(const World& w, uint64_t round, size_t n = 70001) {
 
 // (d) The connections go through the net plugin NCCL_NET_PLUGIN names: its
 // own call counters show every listen, connect and accept.
-void casePlugin(Ctx& ctx) {
+// Init with the test plugin as the network engine, its connections
+// checked: the plugin's call counters (null, a failure recorded, when
+// something went wrong); *lib is the library Ferry loaded.
+CounterFn initOnTestPlugin(Ctx& ctx, ncclComm_t* comm, void** lib) {
   const char* path = FERRY_TEST_NET_PLUGIN_V11;
   setenv("NCCL_NET_PLUGIN", path, 1);
   setenv("NCCL_NET", "ferrytest", 1);
-  ncclComm_t comm = nullptr;
   double s = 0;
-  EXPECT_OK(timedInit(ctx, &comm, &s));
-  if (gFailures > 0) return;
+  EXPECT_OK(timedInit(ctx, comm, &s));
+  if (gFailures > 0) return nullptr;
   EXPECT_TRUE(s < kInitLimitS, "init took %.2f s", s);
   checkConnections(ctx, "FerryTest");
   // The library Ferry loaded, not a second copy.
-  void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  EXPECT_TRUE(lib != nullptr, "%s is not loaded: %s", path, dlerror());
-  if (lib == nullptr) return;
-  auto counter = reinterpret_cast<CounterFn>(dlsym(lib, "ferryTestNetCounters"));
+  *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_TRUE(*lib != nullptr, "%s is not loaded: %s", path, dlerror());
+  if (*lib == nullptr) return nullptr;
+  auto counter = reinterpret_cast<CounterFn>(dlsym(*lib, "ferryTestNetCounters"));
   EXPECT_TRUE(counter != nullptr, "no ferryTestNetCounters in %s", path);
+  return counter;
+}
+
+void casePlugin(Ctx& ctx) {
+  ncclComm_t comm = nullptr;
+  void* lib = nullptr;
+  const CounterFn counter = initOnTestPlugin(ctx, &comm, &lib);
   if (counter == nullptr) return;
   long long remote = 0;
   for (int q = 0; q < ctx.env.nranks; ++q) remote += hostOf(q) != hostOf(ctx.env.rank);
@@ -581,18 +590,9 @@ void casePlugin(Ctx& ctx) {
 // however many rounds use it. Every byte is checked, and the byte after
 // each receive must stay untouched.
 void caseGdr(Ctx& ctx) {
-  const char* path = FERRY_TEST_NET_PLUGIN_V11;
-  setenv("NCCL_NET_PLUGIN", path, 1);
-  setenv("NCCL_NET", "ferrytest", 1);
   ncclComm_t comm = nullptr;
-  double s = 0;
-  EXPECT_OK(timedInit(ctx, &comm, &s));
-  if (gFailures > 0) return;
-  checkConnections(ctx, "FerryTest");
-  void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  auto counter =
-      lib != nullptr ? reinterpret_cast<CounterFn>(dlsym(lib, "ferryTestNetCounters")) : nullptr;
-  EXPECT_TRUE(counter != nullptr, "the test plugin is not loaded: %s", dlerror());
+  void* lib = nullptr;
+  const CounterFn counter = initOnTestPlugin(ctx, &comm, &lib);
   if (counter == nullptr) return;
   World w = makeWorld(ctx, comm);
   constexpr size_t kCap = (640 << 10) + 3;
@@ -688,6 +688,7 @@ void caseGdr(Ctx& ctx) {
   EXPECT_OK(ncclFerryBootstrapBarrier(comm));
   w.destroy();
   EXPECT_OK(ncclFerryStreamDestroy(w.stream));
+  dlclose(lib);
 }
 
 }  // namespace
