@@ -27,6 +27,7 @@
 # stream goes idle (FERRY_P2P_PUSH_WAIT_BUSY=2), "-usc" / "-nousc" copy (or not) as the second
 # side on the user stream (FERRY_P2P_USER_STREAM_COPY=1), "-prof" prints each communicator's CPU profile
 # at its destroy (FERRY_PROFILE=1).
+# CLIENT_NPROC: ranks (one GPU each) of the torch stage, default 2.
 # CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
 # GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
 set -uo pipefail
@@ -74,7 +75,7 @@ torchrun_clients() {  # mode, extra clients.py args...
   shift
   case $mode in nccl-*) expect=nccl ;; esac
   env $(mode_env "$mode") timeout ${CLIENT_TIMEOUT:-420} python3 -m torch.distributed.run \
-    --nproc-per-node 2 "$here/real_clients/clients.py" --tag "$mode" --expect $expect "$@"
+    --nproc-per-node ${CLIENT_NPROC:-2} "$here/real_clients/clients.py" --tag "$mode" --expect $expect "$@"
 }
 
 # Builds nccl-tests once, against NVIDIA's own headers (torch's wheel), as

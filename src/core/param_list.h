@@ -93,6 +93,10 @@
     "1: a launch's only copy as the second side on a user stream that waits for it anyway runs "  \
     "on that stream instead of its connection's copy stream (4 fewer CUDA calls per message); "   \
     "0: on the connection's stream.")                                  \
+  X(P2pCopyPieceBytes, "FERRY_P2P_COPY_PIECE_BYTES", Int, "0",                                   \
+    "Experimental, never run on GPUs: a launch's SM-free copies to or from 2+ peers, each of "     \
+    "more than this many bytes, are issued in pieces of this size, round-robin over the peers "    \
+    "(copy engines run a GPU's copies in issue order); 0: whole copies.")                         \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs; the "    \
     "spin kernel still on the legacy NULL stream and with CUDA_DEVICE_MAX_CONNECTIONS=1), kernel " \

@@ -60,6 +60,9 @@ bool overlaps(const P2pTask& a, const P2pTask& b);
 // Whether a task of the other direction in `tasks` shares bytes with `t`
 // (an in-place exchange).
 bool overlapsOpposite(const P2pTask& t, const std::vector<P2pTask>& tasks);
+// Indices of `tasks` by peer distance ((peer - rank) mod nranks), then in
+// call order: the order in which a rank issues its copies (p2p_submit.cc).
+std::vector<size_t> rotatedOrder(const std::vector<P2pTask>& tasks, int rank, int nranks);
 
 class P2pEngine {
  public:
@@ -178,6 +181,26 @@ class P2pEngine {
                                  Streams& streams, std::vector<std::shared_ptr<rt::Event>>* starts);
   [[nodiscard]] Status stageSends(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                   Streams& streams, size_t stream);
+  // Phase 3's plan: each user stream's copy placement, the issue order, the
+  // copies cut into pieces (FERRY_P2P_COPY_PIECE_BYTES).
+  struct SecondCopies {
+    std::vector<bool> onUser;
+    std::vector<size_t> order;
+    std::vector<char> piecewise;
+  };
+  std::vector<char> piecewiseCopies(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
+                                    const Streams& streams, const std::vector<bool>& onUser) const;
+  [[nodiscard]] Status copyInPieces(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
+                                    Streams& streams,
+                                    const std::vector<std::shared_ptr<rt::Event>>& starts,
+                                    SecondCopies& sc);
+  [[nodiscard]] Status beginSecond(Op& op, Streams& streams,
+                                   const std::vector<std::shared_ptr<rt::Event>>& starts,
+                                   const std::vector<bool>& onUser, rt::Stream** c);
+  [[nodiscard]] Status copyRange(const P2pTask& t, const Op& op, rt::Stream& c, uint64_t off,
+                                 uint64_t len);
+  [[nodiscard]] Status endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser,
+                                 uint64_t pieces);
   [[nodiscard]] Status copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                     Streams& streams,
                                     const std::vector<std::shared_ptr<rt::Event>>& starts);
@@ -212,6 +235,7 @@ class P2pEngine {
   bool zeroCopy_ = true;          // FERRY_P2P_ZERO_COPY
   bool selfCopy_ = true;          // FERRY_P2P_SELF_COPY
   bool userStreamCopy_ = false;   // FERRY_P2P_USER_STREAM_COPY
+  uint64_t copyPieceBytes_ = 0;   // FERRY_P2P_COPY_PIECE_BYTES (0: whole copies)
   bool stageSends_ = false;       // see staging.h
   int64_t opTimeoutNs_ = 0;       // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;        // FERRY_P2P_PUSH_WAIT_US

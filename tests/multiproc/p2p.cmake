@@ -236,3 +236,22 @@ set_tests_properties(p2p.stagingcap.n2 PROPERTIES ENVIRONMENT
 ferry_p2p_test(p2p.stagingcap.soft.n2 2 stagingcap)
 set_tests_properties(p2p.stagingcap.soft.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=1;FERRY_TEST_EXPECT_SOFT=1")
+# FERRY_P2P_COPY_PIECE_BYTES (experimental, off by default): a launch's
+# second-side copies to or from 2+ peers go in pieces, round-robin over the
+# peers. The data checks run with tiny pieces (many per message, a last
+# short one); p2p.pieces.trace.n3 counts the TRACE lines that prove the
+# path ran.
+foreach(case_n alltoall:3 stress:4 mixes:3)
+  string(REPLACE ":" ";" cn ${case_n})
+  list(GET cn 0 case)
+  list(GET cn 1 n)
+  ferry_p2p_test(p2p.${case}.pieces.n${n} ${n} ${case})
+  set_tests_properties(p2p.${case}.pieces.n${n} PROPERTIES ENVIRONMENT
+    "FERRY_P2P_COPY_PIECE_BYTES=3000;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=40")
+endforeach()
+add_test(NAME p2p.pieces.trace.n3
+  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 3 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
+n=$(echo \"$out\" | grep -c 'second side.* in [0-9]* pieces'); echo \"$n copies in pieces\"; [ \"$n\" -ge 1 ]")
+set_tests_properties(p2p.pieces.trace.n3 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "FERRY_P2P_COPY_PIECE_BYTES=3000;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=5;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
