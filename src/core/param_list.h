@@ -118,7 +118,7 @@
     "staged), waits on the CPU up to min(this, its size at 400 GB/s) us (this whole bound while " \
     "its stream is busy: FERRY_P2P_PUSH_WAIT_BUSY) for the receiver to post, so it pushes "      \
     "straight from its buffer; after 3 misses in a row on a connection, "                         \
-    "only every 8th message waits; 0: never.")                                                   \
+    "only every 8th message waits; a launch's waits share one such bound; 0: never.")          \
   X(P2pPushWaitMin, "FERRY_P2P_PUSH_WAIT_MIN_US", Int, "0",                                      \
     "The push wait's bound is at least this many us (never above FERRY_P2P_PUSH_WAIT_US): at 4-8 " \
     "MiB its size at 400 GB/s (10-21 us) may be shorter than the time between two ranks' "       \

@@ -390,8 +390,15 @@ void P2pEngine::failClaimed(std::vector<Op>& ops, Status s) {
 // late receiver costs the CPU no more than the GPU would have lost; or by
 // FERRY_P2P_PUSH_WAIT_MIN_US where that is longer (an experiment: see the
 // knob).
+//
+// The bounds hold per launch, not per send: a launch that sends to several
+// late peers waited up to the bound for each (an all-to-all over 4 GPUs: up
+// to 3 x 500 us on busy streams; torch's all_to_all_single took 1.44 ms of
+// CPU per call there against NCCL's 0.19, 4x H200, session 27, not yet
+// profiled). *budgetNs is what the launch has left; a wait cut short by it
+// does not count its peer as late.
 void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
-                              size_t i) {
+                              size_t i, int64_t* budgetNs) {
   constexpr uint64_t kMinBytes = uint64_t{1} << 20;
   const P2pTask& t = tasks[i];
   // A peer in this process is usually driven by this same thread (one
@@ -402,7 +409,7 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
     exchange = !tasks[j].isSend && tasks[j].peer == t.peer && ops[j].claimed && ops[j].first &&
                tasks[j].bytes >= kMinBytes;
   }
-  if (!stageSends_ && !exchange) return;
+  if ((!stageSends_ && !exchange) || *budgetNs <= 0) return;
   const Op& op = ops[i];
   // A receiver late for several waits in a row is late by habit (a
   // pipeline stage still computing while the one before it sends): another
@@ -422,13 +429,15 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   const bool busy = pushWaitBusy_ != 0 && streamBusy(t.stream);
   const int64_t sized =
       std::min<int64_t>(pushWaitNs_, std::max(pushWaitMinNs_, static_cast<int64_t>(t.bytes / 400)));
-  const int64_t ns = busy ? pushWaitNs_ : sized;
+  const int64_t full = busy ? pushWaitNs_ : sized;
+  const int64_t ns = std::min(full, *budgetNs);
   ProfScope prof(profile_, ProfSlot::PushWait);
   const int64_t began = steadyNowNs();
   bool arrived = busy && pushWaitBusy_ == 2
-                     ? awaitWhileBusy(op, t.stream, sized)
+                     ? awaitWhileBusy(op, t.stream, std::min(sized, ns), ns)
                      : awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
-  conn.lateReceives = arrived ? 0 : conn.lateReceives + 1;
+  *budgetNs -= steadyNowNs() - began;
+  if (arrived || ns == full) conn.lateReceives = arrived ? 0 : conn.lateReceives + 1;
   // relaxed: statistics (describeCounters).
   conn.counters.pushWaits.fetch_add(1, std::memory_order_relaxed);
   if (!arrived) conn.counters.pushWaitsMissed.fetch_add(1, std::memory_order_relaxed);
@@ -495,10 +504,10 @@ void P2pEngine::awaitStagingRoom(const P2pTask& t, Op& op) {
 // FERRY_P2P_PUSH_WAIT_BUSY=2: the receiver's claim is awaited up to the
 // whole bound while `stream` stays busy; once its newest fence passes (from
 // then on the wait would idle the GPU), only up to `idleNs` from the start.
-bool P2pEngine::awaitWhileBusy(const Op& op, void* stream, int64_t idleNs) const {
+bool P2pEngine::awaitWhileBusy(const Op& op, void* stream, int64_t idleNs, int64_t busyNs) const {
   constexpr int64_t kSliceNs = 16000;  // how often the fence is asked (a query costs ~1 us)
   const int64_t start = steadyNowNs();
-  int64_t bound = pushWaitNs_;
+  int64_t bound = busyNs;
   bool idle = false;
   for (;;) {
     const int64_t spent = steadyNowNs() - start;
@@ -532,6 +541,7 @@ bool P2pEngine::streamBusy(void* stream) const {
 // connection's messages are still claimed in call order (sends and
 // receives use different connections).
 Status P2pEngine::claimPass(const std::vector<P2pTask>& tasks, std::vector<Op>& ops, bool sends) {
+  int64_t pushWaitLeft = pushWaitNs_;  // the launch's push waits together (awaitReceiver)
   for (size_t i = 0; i < tasks.size(); ++i) {
     const P2pTask& t = tasks[i];
     if (t.isSend != sends) continue;
@@ -541,7 +551,7 @@ Status P2pEngine::claimPass(const std::vector<P2pTask>& tasks, std::vector<Op>& 
                        : static_cast<ConnectionBase*>(state_.recv[t.peer].get());
     op.seq = op.conn->nextSeq;
     if (t.isSend) {
-      awaitReceiver(tasks, ops, i);
+      awaitReceiver(tasks, ops, i, &pushWaitLeft);
       awaitStagingRoom(t, op);
     }
     Status s = claimOne(t, t.isSend && overlapsOpposite(t, tasks), op);

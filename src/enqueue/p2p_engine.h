@@ -163,8 +163,10 @@ class P2pEngine {
   [[nodiscard]] Status claimPass(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                  bool sends);
   // The bounded CPU wait of FERRY_P2P_PUSH_WAIT_US before claiming send `i`.
-  void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i);
-  [[nodiscard]] bool awaitWhileBusy(const Op& op, void* stream, int64_t idleNs) const;
+  void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i,
+                     int64_t* budgetNs);
+  [[nodiscard]] bool awaitWhileBusy(const Op& op, void* stream, int64_t idleNs,
+                                    int64_t busyNs) const;
   // Before a staged send grows the staging pool: FERRY_P2P_STAGING_MAX_BYTES.
   void awaitStagingRoom(const P2pTask& t, Op& op);
   // Whether a fence recorded on user stream `stream` has not passed yet.

@@ -218,6 +218,16 @@ $<TARGET_FILE:mp_p2p> pipeline 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\
 n=$(echo \"$out\" | grep -oE 'p2p\\.pushwait n=[0-9]+' | grep -oE '[0-9]+$'); [ -n \"$n\" ] && [ \"$n\" -ge 1 ] && [ \"$n\" -le 4 ]")
 set_tests_properties(p2p.pipeline.latewait.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
   "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_STAGE_SENDS=1;FERRY_TEST_PAUSE_MS=100")
+# A launch's push waits share one bound (FERRY_P2P_PUSH_WAIT_US, 40 ms here):
+# rank 0 exchanges with 3 peers that post 150 ms late, twice, so its waits
+# total ~80 ms; one bound per peer would be ~240 ms (p2p_util.cc latemany).
+add_test(NAME p2p.pushwait.launch.n4
+  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 4 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> latemany 2>&1) || { echo \"$out\" | tail -20; exit 1; }; echo \"$out\" | grep -oE 'p2p\\.pushwait [^;]*'; \
+ms=$(echo \"$out\" | grep -oE 'p2p\\.pushwait n=[0-9]+ avg=[0-9.]+' | awk -F'[= ]' '{t += $3 * $5} END {printf \"%d\", t / 1000}'); \
+echo \"push waits: $ms ms in all\"; [ -n \"$ms\" ] && [ \"$ms\" -ge 40 ] && [ \"$ms\" -le 160 ]")
+set_tests_properties(p2p.pushwait.launch.n4 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_US=40000;FERRY_P2P_PUSH_WAIT_MIN_US=40000")
 # FERRY_PROFILE: every rank prints its communicator's CPU profile at destroy,
 # with the kernel-p2p launches and each SM-free phase counted.
 add_test(NAME p2p.profile.n2

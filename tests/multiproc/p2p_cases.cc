@@ -742,6 +742,7 @@ int main(int argc, char** argv) {
       {"recvdepth", caseRecvDepth},
       {"senddepth", caseSendDepth},
       {"lateexchange", caseLateExchange},
+      {"latemany", caseLateMany},
       {"stagingcap", caseStagingCap},
   };
   return runCase(argc, argv, cases);

@@ -431,4 +431,41 @@ void caseLateExchange(World& w) {
   }
 }
 
+// One rank exchanges 2 MiB with every other rank in one group; the others
+// post 150 ms late. The early rank's push waits (one per send: an exchange)
+// share one bound per launch (FERRY_P2P_PUSH_WAIT_US; the test sets 40 ms):
+// its CPU profile's p2p.pushwait total stays near one bound per round
+// instead of one per peer (p2p.pushwait.launch.n4 reads it).
+void caseLateMany(World& w) {
+  if (w.nranks < 3) {
+    printf("latemany: skipped (needs 3 or more ranks)\n");
+    return;
+  }
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<Message>> outs, ins;
+    const int first = w.rank == 0 ? 1 : 0, last = w.rank == 0 ? w.nranks - 1 : 0;
+    for (int p = first; p <= last; ++p) {
+      const size_t mine = (size_t{2} << 20) + 4099 * static_cast<size_t>(round + w.rank);
+      const size_t theirs = (size_t{2} << 20) + 4099 * static_cast<size_t>(round + p);
+      outs.push_back(
+          std::make_unique<Message>(w, 1000 + round, w.rank, p, mine, BufferKind::Mapped));
+      ins.push_back(
+          std::make_unique<Message>(w, 1000 + round, p, w.rank, theirs, BufferKind::Mapped));
+      outs.back()->fillAsSender();
+      ins.back()->poison();
+    }
+    EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    if (w.rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_OK(ncclGroupStart());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const int p = first + static_cast<int>(k);
+      EXPECT_OK(ncclSend(outs[k]->buf.data(), outs[k]->bytes, ncclUint8, p, w.comm, w.stream));
+      EXPECT_OK(ncclRecv(ins[k]->buf.data(), ins[k]->bytes, ncclUint8, p, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    for (auto& in : ins) in->verify("latemany");
+  }
+}
+
 }  // namespace ferry::test

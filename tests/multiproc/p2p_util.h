@@ -52,6 +52,7 @@ void caseLarge(World& w);
 void caseAbortInFlight(World& w);
 void caseTimeout(World& w);
 void caseLateExchange(World& w);
+void caseLateMany(World& w);
 void caseInPlace(World& w);
 void caseInPlaceMixed(World& w);
 void caseStagingCap(World& w);
