@@ -26,6 +26,14 @@
 //                  engine alternates between streams at piece boundaries,
 //                  i.e. if pieces would help copies that become runnable at
 //                  different times (gated by their receivers' flags)
+//   gated/whole    rotated whole pushes, each stream first running a
+//                  one-thread kernel that spins 0-300 us (random per GPU,
+//                  peer and iteration): copies that become runnable at
+//                  different times, as Ferry's do when each waits on the GPU
+//                  for its receiver's `ready`
+//   gated/pieces   the same spins, then the pushes in pieces round-robin
+//                  (both gated rows count the spins in their time: compare
+//                  them with each other, not with the ungated rows)
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -51,8 +59,36 @@ enum class Pattern {
   PushSelf,
   PushPieces,
   PushPiecesRotated,
-  PushPiecesSeq
+  PushPiecesSeq,
+  GatedWhole,
+  GatedPieces
 };
+
+// Spins one thread for `cycles` clock cycles: a stream that becomes ready
+// late (the copies behind it wait for it).
+__global__ void spinFor(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+unsigned gGateSeed = 12345u;
+long long gClockKHz = 1500000;  // device 0's clock, for the spins
+
+// A spin of 0-300 us on every peer stream of every GPU (a new draw per call).
+void issueGates(std::vector<Gpu>& g) {
+  const int n = static_cast<int>(g.size());
+  for (int src = 0; src < n; ++src) {
+    CHECK(cudaSetDevice(src));
+    for (int dst = 0; dst < n; ++dst) {
+      if (dst == src) continue;
+      gGateSeed = gGateSeed * 1103515245u + 12345u;
+      const long long us = (gGateSeed >> 8) % 301;
+      spinFor<<<1, 1, 0, g[src].streams[dst]>>>(us * gClockKHz / 1000);
+      CHECK(cudaGetLastError());
+    }
+  }
+}
 
 int gPieces = 8;
 
@@ -85,6 +121,14 @@ void issuePieces(std::vector<Gpu>& g, bool rotated, bool byPeer, size_t bytes) {
 // Issues one iteration of `pat`; the caller joins every stream after it.
 void issue(std::vector<Gpu>& g, Pattern pat, size_t bytes) {
   const int n = static_cast<int>(g.size());
+  if (pat == Pattern::GatedWhole || pat == Pattern::GatedPieces) {
+    issueGates(g);
+    const int saved = gPieces;
+    if (pat == Pattern::GatedWhole) gPieces = 1;
+    issuePieces(g, true, false, bytes);
+    gPieces = saved;
+    return;
+  }
   if (pat == Pattern::PushPieces || pat == Pattern::PushPiecesRotated ||
       pat == Pattern::PushPiecesSeq) {
     issuePieces(g, pat == Pattern::PushPiecesRotated, pat == Pattern::PushPiecesSeq, bytes);
@@ -140,6 +184,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ferry-ce-alltoall: needs 2 or more GPUs (found %d)\n", n);
     return 2;
   }
+  int khz = 0;
+  CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  if (khz > 0) gClockKHz = khz;
   std::vector<Gpu> g(n);
   for (int d = 0; d < n; ++d) {
     CHECK(cudaSetDevice(d));
@@ -167,7 +214,9 @@ int main(int argc, char** argv) {
                {"push+self", Pattern::PushSelf},
                {"push/pieces", Pattern::PushPieces},
                {"push/pieces/rot", Pattern::PushPiecesRotated},
-               {"push/pieces/seq", Pattern::PushPiecesSeq}};
+               {"push/pieces/seq", Pattern::PushPiecesSeq},
+               {"gated/whole", Pattern::GatedWhole},
+               {"gated/pieces", Pattern::GatedPieces}};
   printf("# %d GPUs, %zu bytes per peer, %d iterations, %d pieces\n", n, bytes, iters, gPieces);
   for (const auto& k : kinds) {
     const double sec = run(g, k.pat, bytes, iters);
