@@ -255,10 +255,9 @@ Status P2pEngine::submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTa
     // An in-place receive lands in bytes that a send of this launch reads:
     // it copies out only after those sends were staged (sends came first).
     for (const NetTask& o : net) {
+      if (t.isSend || !n.overlapped) break;
       const P2pTask& ot = tasks[o.task];
-      if (!t.isSend && n.overlapped && ot.isSend && o.copied && overlaps(t, ot)) {
-        FERRY_CHECK(c.waitEvent(*o.copied));
-      }
+      if (ot.isSend && o.copied && overlaps(t, ot)) FERRY_CHECK(c.waitEvent(*o.copied));
     }
     FERRY_CHECK(t.isSend ? stageNetSend(t, n.op) : drainNetRecv(t, n.op));
     FERRY_CHECK(newEvent(&n.copied));

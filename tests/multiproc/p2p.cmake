@@ -13,6 +13,18 @@ function(ferry_p2p_test name nranks case)
   set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 300 ${ARGN})
 endfunction()
 
+# p2p.<case>.<suffix>.n<ranks> for each "case:ranks" of the list, all under
+# the environment `env` (a ;-list).
+function(ferry_p2p_variants suffix env)
+  foreach(case_n ${ARGN})
+    string(REPLACE ":" ";" cn ${case_n})
+    list(GET cn 0 case)
+    list(GET cn 1 n)
+    ferry_p2p_test(p2p.${case}.${suffix}.n${n} ${n} ${case})
+    set_tests_properties(p2p.${case}.${suffix}.n${n} PROPERTIES ENVIRONMENT "${env}")
+  endforeach()
+endfunction()
+
 foreach(n 2 3)
   ferry_p2p_test(p2p.alltoall.n${n} ${n} alltoall)
 endforeach()
@@ -180,14 +192,9 @@ ferry_p2p_test(p2p.pipeline.n2 2 pipeline)
 # the defaults cover the user-stream path. p2p.usc.trace.n2 (unbatched
 # orders, data checked) counts the TRACE lines that prove the path ran (8
 # on the host runtime; stress.n3 takes it 7 times in 240 copies).
-foreach(case_n stress:3 alltoall:3 pipeline:2 mixes:2)
-  string(REPLACE ":" ";" cn ${case_n})
-  list(GET cn 0 case)
-  list(GET cn 1 n)
-  ferry_p2p_test(p2p.${case}.nousc.n${n} ${n} ${case})
-  set_tests_properties(p2p.${case}.nousc.n${n} PROPERTIES ENVIRONMENT
-    "FERRY_P2P_USER_STREAM_COPY=0;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=40")
-endforeach()
+ferry_p2p_variants(nousc
+  "FERRY_P2P_USER_STREAM_COPY=0;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=40"
+  stress:3 alltoall:3 pipeline:2 mixes:2)
 ferry_p2p_test(p2p.unbatched.nousc.staged.n2 2 unbatched)
 set_tests_properties(p2p.unbatched.nousc.staged.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_USER_STREAM_COPY=0;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
@@ -251,14 +258,9 @@ set_tests_properties(p2p.stagingcap.soft.n2 PROPERTIES ENVIRONMENT
 # peers. The data checks run with tiny pieces (many per message, a last
 # short one); p2p.pieces.trace.n3 counts the TRACE lines that prove the
 # path ran.
-foreach(case_n alltoall:3 stress:4 mixes:3)
-  string(REPLACE ":" ";" cn ${case_n})
-  list(GET cn 0 case)
-  list(GET cn 1 n)
-  ferry_p2p_test(p2p.${case}.pieces.n${n} ${n} ${case})
-  set_tests_properties(p2p.${case}.pieces.n${n} PROPERTIES ENVIRONMENT
-    "FERRY_P2P_COPY_PIECE_BYTES=3000;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=40")
-endforeach()
+ferry_p2p_variants(pieces
+  "FERRY_P2P_COPY_PIECE_BYTES=3000;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=40"
+  alltoall:3 stress:4 mixes:3)
 add_test(NAME p2p.pieces.trace.n3
   COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 3 --runtime host --timeout 100 \
 $<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
