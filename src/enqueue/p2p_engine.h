@@ -183,26 +183,17 @@ class P2pEngine {
                                  Streams& streams, std::vector<std::shared_ptr<rt::Event>>* starts);
   [[nodiscard]] Status stageSends(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                   Streams& streams, size_t stream);
-  // Phase 3's plan: each user stream's copy placement, the issue order, the
-  // copies cut into pieces (FERRY_P2P_COPY_PIECE_BYTES).
-  struct SecondCopies {
-    std::vector<bool> onUser;
-    std::vector<size_t> order;
-    std::vector<char> piecewise;
-  };
-  std::vector<char> piecewiseCopies(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
-                                    const Streams& streams, const std::vector<bool>& onUser) const;
-  [[nodiscard]] Status copyInPieces(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
-                                    Streams& streams,
-                                    const std::vector<std::shared_ptr<rt::Event>>& starts,
-                                    SecondCopies& sc);
+  // Phase 3: the copies of FERRY_P2P_COPY_GATE_US's gate (indices, in
+  // `order`), and one copy's waits before it runs (*c: its stream).
+  std::vector<size_t> gatedCopies(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
+                                  const std::vector<size_t>& order,
+                                  const std::vector<bool>& onUser) const;
   [[nodiscard]] Status beginSecond(Op& op, Streams& streams,
                                    const std::vector<std::shared_ptr<rt::Event>>& starts,
                                    const std::vector<bool>& onUser, rt::Stream** c);
-  [[nodiscard]] Status copyRange(const P2pTask& t, const Op& op, rt::Stream& c, uint64_t off,
-                                 uint64_t len);
-  [[nodiscard]] Status endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser,
-                                 uint64_t pieces);
+  [[nodiscard]] Status gateSecond(const std::vector<Op>& ops, const std::vector<size_t>& gated,
+                                  size_t k, rt::Stream& c);
+  [[nodiscard]] Status endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser, int gate);
   [[nodiscard]] Status copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                     Streams& streams,
                                     const std::vector<std::shared_ptr<rt::Event>>& starts);
@@ -234,17 +225,19 @@ class P2pEngine {
   uint64_t commKey_ = 0;
   int64_t rpcTimeoutMs_ = 120000;
   bool spinWait_ = false;
-  bool zeroCopy_ = true;          // FERRY_P2P_ZERO_COPY
-  bool selfCopy_ = true;          // FERRY_P2P_SELF_COPY
-  bool userStreamCopy_ = false;   // FERRY_P2P_USER_STREAM_COPY
-  uint64_t copyPieceBytes_ = 0;   // FERRY_P2P_COPY_PIECE_BYTES (0: whole copies)
-  bool stageSends_ = false;       // see staging.h
-  int64_t opTimeoutNs_ = 0;       // FERRY_P2P_TIMEOUT
-  int64_t pushWaitNs_ = 0;        // FERRY_P2P_PUSH_WAIT_US
-  int64_t pushWaitMinNs_ = 0;     // FERRY_P2P_PUSH_WAIT_MIN_US
-  int pushWaitBusy_ = 0;          // FERRY_P2P_PUSH_WAIT_BUSY: 0, 1 or 2
-  uint64_t stagingMaxBytes_ = 0;  // FERRY_P2P_STAGING_MAX_BYTES
-  int64_t stagingCapWaitNs_ = 0;  // FERRY_P2P_STAGING_WAIT_MS
+  bool zeroCopy_ = true;           // FERRY_P2P_ZERO_COPY
+  bool selfCopy_ = true;           // FERRY_P2P_SELF_COPY
+  bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
+  int64_t copyGateNs_ = 0;         // FERRY_P2P_COPY_GATE_US (0: off)
+  uint64_t copyGateMinBytes_ = 0;  // FERRY_P2P_COPY_GATE_MIN_BYTES
+  uint64_t copyStaggerNs_ = 0;     // FERRY_P2P_COPY_STAGGER_NS
+  bool stageSends_ = false;        // see staging.h
+  int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT
+  int64_t pushWaitNs_ = 0;         // FERRY_P2P_PUSH_WAIT_US
+  int64_t pushWaitMinNs_ = 0;      // FERRY_P2P_PUSH_WAIT_MIN_US
+  int pushWaitBusy_ = 0;           // FERRY_P2P_PUSH_WAIT_BUSY: 0, 1 or 2
+  uint64_t stagingMaxBytes_ = 0;   // FERRY_P2P_STAGING_MAX_BYTES
+  int64_t stagingCapWaitNs_ = 0;   // FERRY_P2P_STAGING_WAIT_MS
   bool warnedStagingCap_ = false;
   CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
   std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress

@@ -80,110 +80,108 @@ bool P2pEngine::copiesOnUserStream(const std::vector<Op>& ops, size_t stream) co
 Status P2pEngine::copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                Streams& streams,
                                const std::vector<std::shared_ptr<rt::Event>>& starts) {
-  SecondCopies sc;
-  sc.onUser.resize(streams.size());
-  for (size_t s = 0; s < streams.size(); ++s) sc.onUser[s] = copiesOnUserStream(ops, s);
+  std::vector<bool> onUser(streams.size());
+  for (size_t s = 0; s < streams.size(); ++s) onUser[s] = copiesOnUserStream(ops, s);
   // A GPU's copy engine runs its peer copies in issue order even on
   // separate streams: issued in call order (peer 0 first on every rank, as
   // all-to-alls call), every GPU writes into the same peer at once
   // (rotatedOrder says what that costs).
-  sc.order = rotatedOrder(tasks, myRank_, static_cast<int>(state_.send.size()));
-  sc.piecewise = piecewiseCopies(tasks, ops, streams, sc.onUser);
-  for (size_t i : sc.order) {
-    if (ops[i].first || sc.piecewise[i]) continue;
+  const std::vector<size_t> order =
+      rotatedOrder(tasks, myRank_, static_cast<int>(state_.send.size()));
+  const std::vector<size_t> gated = gatedCopies(tasks, ops, order, onUser);
+  for (size_t i : order) {
+    Op& op = ops[i];
+    if (op.first) continue;
     rt::Stream* c = nullptr;
-    FERRY_CHECK(beginSecond(ops[i], streams, starts, sc.onUser, &c));
-    FERRY_CHECK(copyRange(tasks[i], ops[i], *c, 0, tasks[i].bytes));
-    FERRY_CHECK(endSecond(tasks[i], ops[i], *c, sc.onUser[ops[i].stream], 1));
-  }
-  return copyInPieces(tasks, ops, streams, starts, sc);
-}
-
-// FERRY_P2P_COPY_PIECE_BYTES (experimental, 0: off): second-side copies of
-// more than a piece to or from two or more peers, each alone on its stream
-// (a stream's order is wait, copy, done per message: interleaving two on one
-// stream would make one message's copy wait for the next one's receiver).
-std::vector<char> P2pEngine::piecewiseCopies(const std::vector<P2pTask>& tasks,
-                                             const std::vector<Op>& ops, const Streams& streams,
-                                             const std::vector<bool>& onUser) const {
-  std::vector<char> piecewise(ops.size(), 0);
-  if (copyPieceBytes_ == 0) return piecewise;
-  // The stream each second-side copy runs on: its user stream or its
-  // connection's.
-  auto streamKey = [&](const Op& op) -> const rt::Stream* {
-    return onUser[op.stream] ? streams[op.stream].get() : op.conn->stream.get();
-  };
-  std::vector<const rt::Stream*> keys;
-  for (const Op& op : ops) {
-    if (!op.first) keys.push_back(streamKey(op));
-  }
-  std::vector<int> peers;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    if (op.first || tasks[i].bytes <= copyPieceBytes_ || tasks[i].peer == myRank_) continue;
-    if (std::count(keys.begin(), keys.end(), streamKey(op)) != 1) continue;
-    piecewise[i] = 1;
-    if (std::find(peers.begin(), peers.end(), tasks[i].peer) == peers.end()) {
-      peers.push_back(tasks[i].peer);
+    FERRY_CHECK(beginSecond(op, streams, starts, onUser, &c));
+    auto k = std::find(gated.begin(), gated.end(), i);
+    if (k != gated.end()) {
+      FERRY_CHECK(gateSecond(ops, gated, static_cast<size_t>(k - gated.begin()), *c));
+    } else if (op.gpuWaitReady) {
+      // Acquire: the first side's bytes are complete once its flag is seen.
+      FERRY_CHECK(userWait(*c, op.conn->ctrl, op.slot().ready, op.gen()));
     }
-  }
-  if (peers.size() < 2) std::fill(piecewise.begin(), piecewise.end(), 0);
-  return piecewise;
-}
-
-// The piecewise copies: every one's waits first (each on its own stream),
-// then piece k of each in rotated order before piece k + 1 of any, so the
-// copy engine cycles over the peers however the copies line up across GPUs
-// (bench/ce_alltoall.cu, push/pieces), then every one's `done`.
-Status P2pEngine::copyInPieces(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
-                               Streams& streams,
-                               const std::vector<std::shared_ptr<rt::Event>>& starts,
-                               SecondCopies& sc) {
-  std::vector<rt::Stream*> on(ops.size(), nullptr);
-  uint64_t most = 0;
-  for (size_t i : sc.order) {
-    if (!sc.piecewise[i]) continue;
-    FERRY_CHECK(beginSecond(ops[i], streams, starts, sc.onUser, &on[i]));
-    most = std::max(most, tasks[i].bytes);
-  }
-  for (uint64_t off = 0; off < most; off += copyPieceBytes_) {
-    for (size_t i : sc.order) {
-      if (!sc.piecewise[i] || off >= tasks[i].bytes) continue;
-      const uint64_t len = std::min(copyPieceBytes_, tasks[i].bytes - off);
-      FERRY_CHECK(copyRange(tasks[i], ops[i], *on[i], off, len));
-    }
-  }
-  for (size_t i : sc.order) {
-    if (!sc.piecewise[i]) continue;
-    const uint64_t pieces = (tasks[i].bytes + copyPieceBytes_ - 1) / copyPieceBytes_;
-    FERRY_CHECK(endSecond(tasks[i], ops[i], *on[i], sc.onUser[ops[i].stream], pieces));
+    char* mine =
+        op.block != nullptr ? StagingPool::data(op.block) : static_cast<char*>(tasks[i].buffer);
+    FERRY_CHECK(op.send ? c->copyAsync(op.remote, mine, tasks[i].bytes)
+                        : c->copyAsync(mine, op.remote, tasks[i].bytes));
+    const int gate = k != gated.end() ? static_cast<int>(k - gated.begin()) : -1;
+    FERRY_CHECK(endSecond(tasks[i], op, *c, onUser[op.stream], gate));
   }
   return ncclSuccess;
 }
 
-// A second-side copy's stream (*c), after its waits: for the user's stream
-// to reach the group (connection streams) and for the first side's `ready`.
+// FERRY_P2P_COPY_GATE_US. Each copy as the second side waits on the GPU for
+// its own peer's `ready`, so the copies of an all-to-all start as the peers
+// become ready -- on every GPU first into the peer that finished its last
+// launch first: all GPUs write into one peer at a time (4x H200: 193 GB/s
+// per GPU, against 364 for copies issued in rotated order and released
+// together; bench/ce_alltoall.cu). Gated, they start together once every
+// peer is ready (or the bound passed: a late peer delays the others' copies
+// by at most the bound, and a peer that waits for one of them cannot
+// deadlock), each k x FERRY_P2P_COPY_STAGGER_NS after the gate opens, in
+// rotated order. Only copies on connection streams (the user stream's own
+// copy is alone there), of FERRY_P2P_COPY_GATE_MIN_BYTES or more, to or
+// from 2+ peers, of which at least one waits on the GPU; with none, the
+// copies are runnable at once, in issue order already.
+std::vector<size_t> P2pEngine::gatedCopies(const std::vector<P2pTask>& tasks,
+                                           const std::vector<Op>& ops,
+                                           const std::vector<size_t>& order,
+                                           const std::vector<bool>& onUser) const {
+  std::vector<size_t> gated;
+  if (copyGateNs_ == 0) return gated;
+  std::vector<int> peers;
+  bool anyWaits = false;
+  for (size_t i : order) {
+    const Op& op = ops[i];
+    if (op.first || onUser[op.stream] || tasks[i].peer == myRank_ ||
+        tasks[i].bytes < copyGateMinBytes_) {
+      continue;
+    }
+    gated.push_back(i);
+    anyWaits = anyWaits || (op.gpuWaitReady && op.slot().ready.load() < op.gen());
+    if (std::find(peers.begin(), peers.end(), tasks[i].peer) == peers.end()) {
+      peers.push_back(tasks[i].peer);
+    }
+  }
+  if (!anyWaits || peers.size() < 2) gated.clear();
+  return gated;
+}
+
+// A second-side copy's stream (*c), after it waits for the user's stream to
+// reach the group (connection streams only; the user stream is there).
 Status P2pEngine::beginSecond(Op& op, Streams& streams,
                               const std::vector<std::shared_ptr<rt::Event>>& starts,
                               const std::vector<bool>& onUser, rt::Stream** c) {
   const bool user = onUser[op.stream];
   *c = user ? streams[op.stream].get() : op.conn->stream.get();
   if (!user) FERRY_CHECK((*c)->waitEvent(*starts[op.stream]));
-  // Acquire: the first side's bytes are complete once its flag is seen.
   op.gpuWaitReady = op.gpuWaitReady && op.slot().ready.load() < op.gen();
-  if (op.gpuWaitReady) FERRY_CHECK(userWait(**c, op.conn->ctrl, op.slot().ready, op.gen()));
   return ncclSuccess;
 }
 
-Status P2pEngine::copyRange(const P2pTask& t, const Op& op, rt::Stream& c, uint64_t off,
-                            uint64_t len) {
-  if (len == 0) return ncclSuccess;
-  char* mine = op.block != nullptr ? StagingPool::data(op.block) : static_cast<char*>(t.buffer);
-  return op.send ? c.copyAsync(op.remote + off, mine + off, len)
-                 : c.copyAsync(mine + off, op.remote + off, len);
+// The k-th gated copy's wait: its own peer's `ready` (hard; acquire: the
+// first side's bytes are complete once seen), the other gated copies'
+// peers' (soft, bounded: timing only), then k staggers.
+Status P2pEngine::gateSecond(const std::vector<Op>& ops, const std::vector<size_t>& gated, size_t k,
+                             rt::Stream& c) {
+  const Op& op = ops[gated[k]];
+  rt::GroupWait w;
+  if (op.gpuWaitReady) {
+    w.hard = op.conn->ctrl.dev(op.slot().ready);
+    w.hardValue = op.gen();
+  }
+  for (size_t j = 1; j < gated.size() && w.numSoft < rt::GroupWait::kMaxSoft; ++j) {
+    const Op& other = ops[gated[(k + j) % gated.size()]];
+    w.soft[w.numSoft] = other.conn->ctrl.dev(other.slot().ready);
+    w.softValue[w.numSoft++] = other.gen();
+  }
+  w.softNs = static_cast<uint64_t>(copyGateNs_);
+  w.staggerNs = k * copyStaggerNs_;
+  return c.waitGroupSpin(w);
 }
 
-Status P2pEngine::endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser, uint64_t pieces) {
+Status P2pEngine::endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser, int gate) {
   // Stream write: ordered after the copy, so the peer sees the bytes first.
   FERRY_CHECK(c.writeValue64(op.conn->ctrl.dev(op.slot().done), op.gen()));
   if (op.userStreamWaits() && !onUser) {
@@ -195,7 +193,7 @@ Status P2pEngine::endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser
               static_cast<unsigned long long>(t.bytes),
               op.gpuWaitReady ? " after a GPU wait for the peer" : "",
               onUser ? " on the user stream" : "",
-              pieces > 1 ? (" in " + std::to_string(pieces) + " pieces").c_str() : "");
+              gate >= 0 ? (" through the copy gate (" + std::to_string(gate) + ")").c_str() : "");
   return ncclSuccess;
 }
 

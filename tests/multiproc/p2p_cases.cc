@@ -744,6 +744,7 @@ int main(int argc, char** argv) {
       {"lateexchange", caseLateExchange},
       {"latemany", caseLateMany},
       {"stagingcap", caseStagingCap},
+      {"gatechain", caseGateChain},
   };
   return runCase(argc, argv, cases);
 }
