@@ -16,7 +16,8 @@
 #   gpu:     the GPU suite (ctest -L gpu: 2-rank tests on GPUs 0-1, one-process
 #            multi-GPU tests on all four)
 #   nsysa2a: Nsight Systems traces of the 4-GPU alltoall (scripts/nsys_a2a.sh)
-#   a2adiag: alltoall at 16-256 MiB: copy engines alone (ferry-ce-alltoall),
+#   a2adiag: alltoall at 16-256 MiB: copy engines alone (ferry-ce-alltoall, and
+#            ferry-ce-alltoall-mp: one process per GPU, CPU- or GPU-synchronized),
 #            NCCL beside Ferry, then Ferry alone under each setting of $A2A_SETTINGS
 #            (VAR=value words; none by default)
 # Usage: scripts/device_4gpu.sh   (DEADLINE_S, default 540; STAGES)
@@ -106,6 +107,10 @@ for st in ${STAGES:-one hosts clients nccltests bench hostbench}; do
     ;;
   a2adiag)
     for sz in 67108864 4194304; do timeout 60 $b/bench/ferry-ce-alltoall $sz 20 2>&1 | tee -a "$o/ce-a2a.txt"; done
+    for sz in 67108864 268435456; do
+      [ -x $b/bench/ferry-ce-alltoall-mp ] && CUDA_MODULE_LOADING=EAGER timeout 60 \
+        $b/bench/ferry-ce-alltoall-mp $sz 20 2>&1 | tee -a "$o/ce-a2a-mp.txt"
+    done
     a2a=(timeout 60 $fr --timeout 55 $b/bench/ferry-bench alltoall -b ${A2A_MIN:-16M} -e 1G -f 4 -w 5 -n 20
       --inplace no --lib $b/libnccl.so.2)
     "${a2a[@]}" --compare "$nccl" >"$o/a2a-compare.txt" 2>&1

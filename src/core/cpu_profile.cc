@@ -6,10 +6,10 @@ namespace ferry {
 namespace {
 
 const char* slotName(size_t i) {
-  static const char* const kNames[] = {"groupend",       "coll.launch",   "p2p.kernel",
-                                       "p2p.smfree",     "p2p.streams",   "p2p.claim",
-                                       "p2p.pushwait",   "p2p.stagewait", "p2p.ready",
-                                       "p2p.copysecond", "p2p.userwaits", "p2p.fences"};
+  static const char* const kNames[] = {
+      "groupend",       "coll.launch",   "p2p.kernel",   "p2p.smfree",    "p2p.streams",
+      "p2p.claim",      "p2p.map",       "p2p.pushwait", "p2p.stagewait", "p2p.ready",
+      "p2p.copysecond", "p2p.userwaits", "p2p.fences"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(ProfSlot::kCount),
                 "a name per slot");
   return kNames[i];

@@ -21,6 +21,7 @@ enum class ProfSlot : int {
   P2pSmFree,   // P2pEngine::launch as a whole
   Streams,     // wrapping the user's streams, capture checks
   Claim,       // claiming messages (rendezvous, mapping peers' buffers)
+  Map,         // within Claim: describing our buffers for peers, mapping theirs
   PushWait,    // the bounded wait for a receiver (FERRY_P2P_PUSH_WAIT_US)
   StageWait,   // a staged send's wait before the pool grows (FERRY_P2P_STAGING_MAX_BYTES)
   MarkReady,   // ready flags and staging copies on the user's streams

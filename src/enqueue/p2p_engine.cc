@@ -289,6 +289,7 @@ Status P2pEngine::describeFirst(const P2pTask& task, bool overlapsReceive, Op& o
       (!local || (task.peer != myRank_ && runtime_->kind() == rt::RuntimeKind::Cuda))) {
     rt::AllocationInfo a;
     if (local || (op.conn->transport == TransportId::P2p && zeroCopy_)) {
+      ProfScope prof(profile_, ProfSlot::Map);
       FERRY_CHECK(runtime_->describeAllocation(task.buffer, task.bytes, &a));
     }
     direct = a.mappable;
@@ -320,7 +321,10 @@ Status P2pEngine::reachPeerBytes(const P2pTask& task, Op& op) {
     op.remote = reinterpret_cast<char*>(op.peer.localPtr);
     return ncclSuccess;
   }
-  FERRY_CHECK(PeerMemory::instance().map(runtime_, peerRef(task.peer), op.peer, &op.mapping));
+  {
+    ProfScope prof(profile_, ProfSlot::Map);
+    FERRY_CHECK(PeerMemory::instance().map(runtime_, peerRef(task.peer), op.peer, &op.mapping));
+  }
   op.remote = op.mapping->base() + op.peer.offset;
   return ncclSuccess;
 }

@@ -241,7 +241,7 @@ set_tests_properties(p2p.pushwait.launch.n4 PROPERTIES LABELS multiproc TIMEOUT 
 add_test(NAME p2p.profile.n2
   COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
 $<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\" | grep 'CPU profile'; \
-[ $(echo \"$out\" | grep -cE 'CPU profile \\(FERRY_PROFILE\\): .*groupend n=[1-9].*p2p\\.smfree n=[1-9].*p2p\\.claim n=[1-9].*p2p\\.ready n=[1-9].*p2p\\.userwaits n=[1-9]') -ge 2 ] && \
+[ $(echo \"$out\" | grep -cE 'CPU profile \\(FERRY_PROFILE\\): .*groupend n=[1-9].*p2p\\.smfree n=[1-9].*p2p\\.claim n=[1-9].*p2p\\.map n=[1-9].*p2p\\.ready n=[1-9].*p2p\\.userwaits n=[1-9]') -ge 2 ] && \
 echo \"$out\" | grep -qE 'CPU profile .*p2p\\.kernel n=[1-9]'")
 set_tests_properties(p2p.profile.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
   "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_KERNEL_MAX_BYTES=4K;FERRY_TEST_ROUNDS=24")
