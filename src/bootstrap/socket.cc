@@ -27,6 +27,32 @@ bool retriable(int err) {
          err == EHOSTUNREACH || err == ENETUNREACH || err == EINTR;
 }
 
+// Whether a connected TCP socket is connected to itself: a connect to a
+// local port nobody listens on can pick that very port as its own ephemeral
+// source port, and TCP's simultaneous open then "succeeds" (a retry loop
+// waiting for a late listener meets it; CI's SocketTest did, session 28).
+bool selfConnected(int fd) {
+  sockaddr_storage mine{}, peer{};
+  socklen_t mineLen = sizeof(mine), peerLen = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mineLen) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLen) != 0 ||
+      mine.ss_family != peer.ss_family) {
+    return false;
+  }
+  if (mine.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&mine);
+    const auto* b = reinterpret_cast<const sockaddr_in*>(&peer);
+    return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+  }
+  if (mine.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&mine);
+    const auto* b = reinterpret_cast<const sockaddr_in6*>(&peer);
+    return a->sin6_port == b->sin6_port &&
+           memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
+  }
+  return false;
+}
+
 void setNoDelay(int fd) {
   int one = 1;
   // Best effort: bootstrap messages are small and latency-bound.
@@ -320,6 +346,9 @@ Status Socket::startConnect(const SocketAddress& addr, Socket* out, bool* inProg
       return ncclSuccess;
     }
     *inProgress = true;
+  } else if (selfConnected(fd)) {
+    *err = ECONNREFUSED;  // nobody listens there: retried like a refusal
+    return ncclSuccess;
   }
   *out = std::move(s);
   return ncclSuccess;
@@ -333,6 +362,8 @@ int Socket::finishConnect() const {
   int err = 0;
   socklen_t len = sizeof(err);
   if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  // Connected to itself: nobody listens on that port (see selfConnected).
+  if (err == 0 && selfConnected(fd_)) return ECONNREFUSED;
   return err;
 }
 

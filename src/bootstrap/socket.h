@@ -132,7 +132,8 @@ class Socket {
                                            int* err);
   // Whether a connect errno means "listener not there yet / busy": retry.
   static bool retriableConnectError(int err);
-  // After POLLOUT on a started connect: 0 when connected, else the errno.
+  // After POLLOUT on a started connect: 0 when connected, else the errno
+  // (ECONNREFUSED for a socket that TCP connected to itself: nobody listens).
   int finishConnect() const;
 
   // Accepts one connection, waiting up to the deadline.

@@ -111,16 +111,17 @@ Status P2pEngine::copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op
   return ncclSuccess;
 }
 
-// FERRY_P2P_COPY_GATE_US. Each copy as the second side waits on the GPU for
-// its own peer's `ready`, so the copies of an all-to-all start as the peers
-// become ready -- on every GPU first into the peer that finished its last
-// launch first: all GPUs write into one peer at a time (4x H200: 193 GB/s
-// per GPU, against 364 for copies issued in rotated order and released
-// together; bench/ce_alltoall.cu). Gated, they start together once every
+// FERRY_P2P_COPY_GATE_US (experimental, off). Each copy as the second side
+// waits on the GPU for its own peer's `ready`, so the copies of an
+// all-to-all start as the peers become ready, and the idea was that every
+// GPU then writes first into the peer that finished its last launch first
+// (copy engines alone, 4x H200: 193 GB/s per GPU in one peer order, 364
+// rotated; bench/ce_alltoall.cu). Gated, they start together once every
 // peer is ready (or the bound passed: a late peer delays the others' copies
 // by at most the bound, and a peer that waits for one of them cannot
 // deadlock), each k x FERRY_P2P_COPY_STAGGER_NS after the gate opens, in
-// rotated order. Only copies on connection streams (the user stream's own
+// rotated order. Measured: no gain (NOTES.md traps 62 and 64: a loop
+// synchronized on the GPU is slow in any order); kept to test that further. Only copies on connection streams (the user stream's own
 // copy is alone there), of FERRY_P2P_COPY_GATE_MIN_BYTES or more, to or
 // from 2+ peers, of which at least one waits on the GPU; with none, the
 // copies are runnable at once, in issue order already.

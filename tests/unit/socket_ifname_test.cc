@@ -2,6 +2,8 @@
 // SocketAddress parsing/formatting, and Socket's deadline/abort/close
 // behaviour over real loopback TCP.
 #include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -254,6 +256,35 @@ TEST(SocketTest, ConnectRetriesUntilListenerAppears) {
   EXPECT_EQ(Socket::connect(target, WaitContext::make(400, nullptr), "t", &c), ncclSystemError);
   EXPECT_GE(msSince(t0), 390);
   EXPECT_LT(msSince(t0), 2000);
+}
+
+// A TCP socket bound to a port and connected to that same port meets itself
+// (simultaneous open) and "connects": what a retry loop can hit when it
+// picks the target port as its own ephemeral port while nobody listens
+// (this file's ConnectRetriesUntilListenerAppears failed so in CI once).
+// finishConnect must call that a refusal.
+TEST(SocketTest, SelfConnectIsARefusal) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  Socket s(fd);  // closes fd
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  if (rc != 0) {
+    ASSERT_EQ(errno, EINPROGRESS);
+    pollfd p{fd, POLLOUT, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+  }
+  sockaddr_in peer{};
+  socklen_t peerLen = sizeof(peer);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLen) != 0) {
+    GTEST_SKIP() << "this kernel did not complete the self-connect";
+  }
+  EXPECT_EQ(s.finishConnect(), ECONNREFUSED);
 }
 
 }  // namespace
