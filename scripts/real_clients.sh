@@ -26,7 +26,9 @@
 # streams too (FERRY_P2P_PUSH_WAIT_BUSY=0), "-b2" ends a busy wait once the
 # stream goes idle (FERRY_P2P_PUSH_WAIT_BUSY=2), "-usc" / "-nousc" copy (or not) as the second
 # side on the user stream (FERRY_P2P_USER_STREAM_COPY=1), "-prof" prints each communicator's CPU profile
-# at its destroy (FERRY_PROFILE=1).
+# at its destroy (FERRY_PROFILE=1), "-envN" adds the VAR=value words of
+# $CLIENT_ENVN (e.g. CLIENT_ENV1="FERRY_P2P_PUSH_WAIT_STAGED=0" and mode
+# ferry-lazy-env1; an experiment without editing this script).
 # CLIENT_NPROC: ranks (one GPU each) of the torch stage, default 2.
 # CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
 # GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
@@ -67,6 +69,12 @@ mode_env() {
   case $1 in *-usc*) e="$e FERRY_P2P_USER_STREAM_COPY=1" ;; esac
   case $1 in *-nousc*) e="$e FERRY_P2P_USER_STREAM_COPY=0" ;; esac
   case $1 in *-prof*) e="$e FERRY_PROFILE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" ;; esac
+  case $1 in *-env[0-9]*)  # -envN: the VAR=value words of $CLIENT_ENVN
+    local n=${1##*-env}
+    n=${n%%-*}
+    local v=CLIENT_ENV$n
+    e="$e ${!v:-}" ;;
+  esac
   echo "$e"
 }
 

@@ -124,6 +124,12 @@
     "its stream is busy: FERRY_P2P_PUSH_WAIT_BUSY) for the receiver to post, so it pushes "      \
     "straight from its buffer; after 3 misses in a row on a connection, "                         \
     "only every 8th message waits; a launch's waits share one such bound; 0: never.")          \
+  X(P2pStagingGrowWait, "FERRY_P2P_STAGING_GROW_WAIT_US", Int, "2000",                          \
+    "Under FERRY_P2P_STAGING_MAX_BYTES, how long a staged send that needs a new block waits "     \
+    "(CPU) for its receiver to post or a block to free before the pool grows; 0: grow at once.") \
+  X(P2pPushWaitStaged, "FERRY_P2P_PUSH_WAIT_STAGED", Int, "1",                                  \
+    "1: under lazy loading a send that would be staged waits (FERRY_P2P_PUSH_WAIT_US) even when " \
+    "it is not part of an exchange; 0: only exchanges wait (a pipeline's sends stage at once).")  \
   X(P2pPushWaitMin, "FERRY_P2P_PUSH_WAIT_MIN_US", Int, "0",                                      \
     "The push wait's bound is at least this many us (never above FERRY_P2P_PUSH_WAIT_US): at 4-8 " \
     "MiB its size at 400 GB/s (10-21 us) may be shorter than the time between two ranks' "       \

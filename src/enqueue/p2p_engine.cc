@@ -100,6 +100,9 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
                static_cast<long long>(busyMode));
   }
   e->pushWaitBusy_ = busyMode == 0 || busyMode == 2 ? static_cast<int>(busyMode) : 1;
+  e->pushWaitStaged_ = ctx.params->getInt(ParamId::P2pPushWaitStaged) != 0;
+  e->stagingGrowWaitNs_ =
+      std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pStagingGrowWait)) * 1000;
   e->stagingMaxBytes_ =
       static_cast<uint64_t>(std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pStagingMax)));
   e->stagingCapWaitNs_ =
@@ -413,12 +416,15 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   // A peer in this process is usually driven by this same thread (one
   // group over several devices' communicators): it cannot post meanwhile.
   if (pushWaitNs_ == 0 || t.bytes < kMinBytes || ops[i].conn->samePeerProcess) return;
+  // Under lazy loading every such send may wait (it would be staged), or,
+  // with FERRY_P2P_PUSH_WAIT_STAGED=0, only exchanges, as without staging.
+  const bool anySend = stageSends_ && pushWaitStaged_;
   bool exchange = false;
-  for (size_t j = 0; !stageSends_ && !exchange && j < tasks.size(); ++j) {
+  for (size_t j = 0; !anySend && !exchange && j < tasks.size(); ++j) {
     exchange = !tasks[j].isSend && tasks[j].peer == t.peer && ops[j].claimed && ops[j].first &&
                tasks[j].bytes >= kMinBytes;
   }
-  if ((!stageSends_ && !exchange) || *budgetNs <= 0) return;
+  if ((!anySend && !exchange) || *budgetNs <= 0) return;
   const Op& op = ops[i];
   // A receiver late for several waits in a row is late by habit (a
   // pipeline stage still computing while the one before it sends): another
@@ -452,7 +458,7 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   if (!arrived) conn.counters.pushWaitsMissed.fetch_add(1, std::memory_order_relaxed);
   FERRY_TRACE(
       kLogP2p, "send to peer %d: message %llu (%s%s): receiver %s after %lld us (bound %lld)",
-      t.peer, static_cast<unsigned long long>(op.seq), stageSends_ ? "would stage" : "exchange",
+      t.peer, static_cast<unsigned long long>(op.seq), anySend ? "would stage" : "exchange",
       busy ? ", stream busy" : "", arrived ? "posted" : "did not post",
       static_cast<long long>((steadyNowNs() - began) / 1000), static_cast<long long>(ns / 1000));
 }
@@ -466,12 +472,13 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
 // loop made the 64 MiB alltoall 4x slower than NCCL (session 26, NOTES.md
 // trap 59). So before the pool grows, the send waits for its receiver to
 // post (it then pushes from its own buffer: no block) or for a block to
-// free: up to 2 ms under FERRY_P2P_STAGING_MAX_BYTES, up to
+// free: up to FERRY_P2P_STAGING_GROW_WAIT_US (2 ms) under
+// FERRY_P2P_STAGING_MAX_BYTES, up to
 // FERRY_P2P_STAGING_WAIT_MS past it. Then it grows anyway: a receiver may
 // post only after this rank's later calls (unbatched sends ahead of their
 // receives), so the wait is a bound, never a hang.
 void P2pEngine::awaitStagingRoom(const P2pTask& t, Op& op) {
-  constexpr int64_t kGrowWaitNs = 2000000, kSliceNs = 50000;
+  constexpr int64_t kSliceNs = 50000;
   ConnectionBase& conn = *op.conn;
   if (!stageSends_ || t.bytes == 0 || conn.samePeerProcess || conn.transport != TransportId::P2p) {
     return;
@@ -483,7 +490,8 @@ void P2pEngine::awaitStagingRoom(const P2pTask& t, Op& op) {
   if (pool.hasFree(t.bytes)) return;
   const bool pastCap =
       pool.bytes() > 0 && pool.bytes() + StagingPool::blockSize(t.bytes) > stagingMaxBytes_;
-  const int64_t bound = pastCap ? stagingCapWaitNs_ : std::min(kGrowWaitNs, stagingCapWaitNs_);
+  const int64_t bound =
+      pastCap ? stagingCapWaitNs_ : std::min(stagingGrowWaitNs_, stagingCapWaitNs_);
   ProfScope prof(profile_, ProfSlot::StageWait);
   const int64_t start = steadyNowNs();
   for (int64_t left = bound; left > 0; left = bound - (steadyNowNs() - start)) {

@@ -236,6 +236,8 @@ class P2pEngine {
   int64_t pushWaitNs_ = 0;         // FERRY_P2P_PUSH_WAIT_US
   int64_t pushWaitMinNs_ = 0;      // FERRY_P2P_PUSH_WAIT_MIN_US
   int pushWaitBusy_ = 0;           // FERRY_P2P_PUSH_WAIT_BUSY: 0, 1 or 2
+  bool pushWaitStaged_ = true;     // FERRY_P2P_PUSH_WAIT_STAGED
+  int64_t stagingGrowWaitNs_ = 0;  // FERRY_P2P_STAGING_GROW_WAIT_US
   uint64_t stagingMaxBytes_ = 0;   // FERRY_P2P_STAGING_MAX_BYTES
   int64_t stagingCapWaitNs_ = 0;   // FERRY_P2P_STAGING_WAIT_MS
   bool warnedStagingCap_ = false;

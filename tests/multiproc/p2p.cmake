@@ -226,6 +226,14 @@ $<TARGET_FILE:mp_p2p> pipeline 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\
 n=$(echo \"$out\" | grep -oE 'p2p\\.pushwait n=[0-9]+' | grep -oE '[0-9]+$'); [ -n \"$n\" ] && [ \"$n\" -ge 1 ] && [ \"$n\" -le 4 ]")
 set_tests_properties(p2p.pipeline.latewait.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
   "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_STAGE_SENDS=1;FERRY_TEST_PAUSE_MS=100")
+# FERRY_P2P_PUSH_WAIT_STAGED=0: the same pipeline's sends are not exchanges,
+# so none waits (no p2p.pushwait in the profile), and every byte still lands.
+add_test(NAME p2p.pipeline.nostagedwait.n2
+  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> pipeline 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\" | grep -E 'CPU profile|pipeline'; \
+echo \"$out\" | grep -q 'CPU profile' && ! echo \"$out\" | grep -qE 'p2p\\.pushwait n='")
+set_tests_properties(p2p.pipeline.nostagedwait.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_STAGE_SENDS=1;FERRY_TEST_PAUSE_MS=100;FERRY_P2P_PUSH_WAIT_STAGED=0")
 # A launch's push waits share one bound (FERRY_P2P_PUSH_WAIT_US, 40 ms here):
 # rank 0 exchanges with 3 peers that post 150 ms late, twice, so its waits
 # total ~80 ms; one bound per peer would be ~240 ms (p2p_util.cc latemany).
@@ -251,6 +259,11 @@ set_tests_properties(p2p.profile.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVI
 ferry_p2p_test(p2p.stagingcap.n2 2 stagingcap)
 set_tests_properties(p2p.stagingcap.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=10000")
+# FERRY_P2P_STAGING_GROW_WAIT_US=0: under the cap the pool grows at once;
+# the cap still holds.
+ferry_p2p_test(p2p.stagingcap.nogrowwait.n2 2 stagingcap)
+set_tests_properties(p2p.stagingcap.nogrowwait.n2 PROPERTIES ENVIRONMENT
+  "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=10000;FERRY_P2P_STAGING_GROW_WAIT_US=0")
 ferry_p2p_test(p2p.stagingcap.soft.n2 2 stagingcap)
 set_tests_properties(p2p.stagingcap.soft.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=1;FERRY_TEST_EXPECT_SOFT=1")
