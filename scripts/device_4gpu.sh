@@ -2,7 +2,7 @@
 # One call on a 4-GPU device machine (nvidia-h200-x4 / nvidia-h100-x4): what
 # two GPUs cannot show. Stages in order of what they can find, each started
 # only while the deadline allows; logs tarred into $OUT/logs.tgz every 10 s.
-#   one:     4 ranks on one host: mp_coll matrix_quick + mixed, mp_p2p alltoall,
+#   one:     4 ranks on one host: mp_coll matrix_quick + mixed, mp_p2p alltoall, chain,
 #            stress, mixes (kernel p2p halves its lanes at 4 ranks; rings of 4)
 #   hosts:   2 emulated hosts x 2 GPUs (NCCL_HOSTID): the hierarchical all-reduce
 #            (mp_coll hier, forced and by the cost model), mixed groups, mp_p2p
@@ -11,11 +11,8 @@
 #   nccltests: nccl-tests -g 4, both libraries
 #   bench:   ferry-bench -n 4 beside NVIDIA's NCCL, one host
 #   hostbench: ferry-bench -n 4 --hosts 2 all_reduce beside NCCL (its sockets)
-#   gate:    4 ranks, every second-side copy in FERRY_P2P_COPY_GATE_US's gate
-#            (minimum 1 byte): mp_p2p alltoall, stress, mixes, unbatched, gatechain
 #   gpu:     the GPU suite (ctest -L gpu: 2-rank tests on GPUs 0-1, one-process
 #            multi-GPU tests on all four)
-#   nsysa2a: Nsight Systems traces of the 4-GPU alltoall (scripts/nsys_a2a.sh)
 #   a2adiag: alltoall at 16-256 MiB: copy engines alone (ferry-ce-alltoall, and
 #            ferry-ce-alltoall-mp: one process per GPU, CPU- or GPU-synchronized),
 #            NCCL beside Ferry, then Ferry alone under each setting of $A2A_SETTINGS
@@ -58,21 +55,12 @@ for st in ${STAGES:-one hosts clients nccltests bench hostbench}; do
   one)
     mp one-coll-matrix "" mp_coll matrix_quick
     mp one-coll-mixed "" mp_coll mixed
-    for c in alltoall stress mixes; do mp one-p2p-$c "" mp_p2p $c; done
+    for c in alltoall stress mixes chain; do mp one-p2p-$c "" mp_p2p $c; done
     ;;
   gpu)
     [ "$(left)" -gt 40 ] && (cd $b && timeout $(($(left) - 15)) ctest -L gpu --timeout 60 \
       --output-on-failure >"$o/ctest-gpu.log" 2>&1)
     grep -E "tests passed|Failed|\*\*\*|Not Run" "$o/ctest-gpu.log" | head -30
-    ;;
-  nsysa2a)
-    [ "$(left)" -gt 60 ] && timeout $(($(left) - 15)) "$here/nsys_a2a.sh" $b "$o" 2>&1 | tail -20
-    ;;
-  gate)
-    for c in alltoall stress mixes unbatched gatechain; do
-      mp gate-p2p-$c "" mp_p2p $c FERRY_P2P_COPY_GATE_US=20000 FERRY_P2P_COPY_GATE_MIN_BYTES=1 \
-        FERRY_P2P_COPY_STAGGER_NS=100000 FERRY_P2P_KERNEL_MAX_BYTES=0 FERRY_TEST_ROUNDS=40
-    done
     ;;
   hosts)
     mp hosts-hier-forced "--hosts 2" mp_coll hier NCCL_ALGO=Tree FERRY_TEST_EXPECT_HIER=1 NCCL_SOCKET_IFNAME=lo

@@ -93,15 +93,6 @@
     "1: a launch's only copy as the second side on a user stream that waits for it anyway runs "  \
     "on that stream instead of its connection's copy stream (4 fewer CUDA calls per message); "   \
     "0: on the connection's stream.")                                  \
-  X(P2pCopyGate, "FERRY_P2P_COPY_GATE_US", Int, "0",                                             \
-    "Experimental: a launch's SM-free copies to 2+ peers that wait on the GPU for their peers: each also "     \
-    "waits up to this many us for the others' peers, so the copies start together in rotated "  \
-    "order (a GPU's copy engine runs them in the order they become runnable); 0: off.")         \
-  X(P2pCopyGateMinBytes, "FERRY_P2P_COPY_GATE_MIN_BYTES", Int, "4194304",                       \
-    "Only copies of at least this many bytes join FERRY_P2P_COPY_GATE_US's gate.")              \
-  X(P2pCopyStagger, "FERRY_P2P_COPY_STAGGER_NS", Int, "2000",                                   \
-    "Under FERRY_P2P_COPY_GATE_US, the k-th copy of a launch (rotated order) is released k "      \
-    "times this many ns after the gate opens, so the copy engine takes them in that order.")    \
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs; the "    \
     "spin kernel still on the legacy NULL stream and with CUDA_DEVICE_MAX_CONNECTIONS=1), kernel " \

@@ -42,7 +42,6 @@ constexpr TypeKernelsFn kTypeKernels[algo::kNumDataTypes] = {
 std::vector<KernelEntry> makeKernelTable() {
   std::vector<KernelEntry> table;
   table.push_back({"ferryWaitGeqKernel", reinterpret_cast<const void*>(&ferryWaitGeqKernel)});
-  table.push_back({"ferryWaitGroupKernel", reinterpret_cast<const void*>(&ferryWaitGroupKernel)});
   table.push_back({"collKernel<int8,copy,Simple>", collCopyKernel(algo::kProtoSimple)});
   table.push_back({"collKernel<int8,copy,LL>", collCopyKernel(algo::kProtoLL)});
   table.push_back({"kernelP2p<small>", p2pKernel(true)});
@@ -75,10 +74,6 @@ const KernelEntry* allKernels(size_t* count) {
 
 const void* waitGeqKernel() {
   return reinterpret_cast<const void*>(&ferryWaitGeqKernel);
-}
-
-const void* waitGroupKernel() {
-  return reinterpret_cast<const void*>(&ferryWaitGroupKernel);
 }
 
 const void* collKernel(int dataType, int fn, int proto) {

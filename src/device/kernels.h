@@ -29,21 +29,6 @@ const KernelEntry* allKernels(size_t* count);
 // uint64_t timeoutNs).
 const void* waitGeqKernel();
 
-// ferryWaitGroupKernel (wait_kernel.h, behind Stream::waitGroupSpin): grid
-// 1, block 1, one WaitGroupArgs by value.
-struct WaitGroupArgs {
-  static constexpr int kMaxSoft = 7;
-  const volatile uint64_t* hard;  // null: no hard wait
-  uint64_t hardTarget;
-  uint64_t timeoutNs;  // of the hard wait (0: never); then trap
-  const volatile uint64_t* soft[kMaxSoft];
-  uint64_t softTarget[kMaxSoft];
-  int numSoft;
-  uint64_t softNs;
-  uint64_t staggerNs;
-};
-const void* waitGroupKernel();
-
 // Threads per block of every collective kernel (one block per channel).
 // 512: 16 warps keep enough 16-byte loads in flight per SM to saturate a
 // channel's NVLink share, and __launch_bounds__(512, 1) still leaves up to

@@ -21,8 +21,10 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
-// Spins until the cyclic >= holds; traps after timeoutNs (0: never).
-__device__ void spinUntilGeq(const volatile uint64_t* word, uint64_t target, uint64_t timeoutNs) {
+}  // namespace
+
+__global__ void ferryWaitGeqKernel(const volatile uint64_t* word, uint64_t target,
+                                   uint64_t timeoutNs) {
   constexpr unsigned kMaxNapNs = 1024;
   unsigned nap = 32;
   const uint64_t start = globalTimerNs();
@@ -39,31 +41,6 @@ __device__ void spinUntilGeq(const volatile uint64_t* word, uint64_t target, uin
       __trap();
     }
   }
-}
-
-}  // namespace
-
-__global__ void ferryWaitGeqKernel(const volatile uint64_t* word, uint64_t target,
-                                   uint64_t timeoutNs) {
-  spinUntilGeq(word, target, timeoutNs);
-}
-
-__global__ void ferryWaitGroupKernel(WaitGroupArgs a) {
-  if (a.hard != nullptr) spinUntilGeq(a.hard, a.hardTarget, a.timeoutNs);
-  // The soft words: bounded, and short naps (every copy of the launch is
-  // released by the last of them, so the GPUs' copies start together).
-  const uint64_t softStart = globalTimerNs();
-  for (;;) {
-    int ready = 0;
-    for (int i = 0; i < a.numSoft; ++i) {
-      uint64_t v = loadAcquireSystem(a.soft[i]);
-      ready += static_cast<int64_t>(v - a.softTarget[i]) >= 0 ? 1 : 0;
-    }
-    if (ready == a.numSoft || globalTimerNs() - softStart >= a.softNs) break;
-    __nanosleep(128);
-  }
-  const uint64_t released = globalTimerNs();
-  while (globalTimerNs() - released < a.staggerNs) __nanosleep(128);
 }
 
 }  // namespace ferry::device

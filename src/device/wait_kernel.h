@@ -4,8 +4,6 @@
 
 #include <cstdint>
 
-#include "device/kernels.h"
-
 namespace ferry::device {
 
 // Returns once (int64_t)(*word - target) >= 0 (the cyclic >= of
@@ -24,11 +22,5 @@ namespace ferry::device {
 // Launch with exactly one block of one thread.
 __global__ void ferryWaitGeqKernel(const volatile uint64_t* word, uint64_t target,
                                    uint64_t timeoutNs);
-
-// Stream::waitGroupSpin's kernel: `hard` as ferryWaitGeqKernel (same
-// ordering, same trap); then, for at most softNs, until every soft word is
-// >= its target (acquire loads, but no data may depend on them: they only
-// time the release); then staggerNs of naps. One block of one thread.
-__global__ void ferryWaitGroupKernel(WaitGroupArgs a);
 
 }  // namespace ferry::device

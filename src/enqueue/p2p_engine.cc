@@ -80,13 +80,6 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   // validation: NOTES.md trap 16); the host runtime's spin wait is its
   // stream wait.
   e->spinWait_ = !memop && (wait == "kernel" || ctx.runtime->kind() == rt::RuntimeKind::Cuda);
-  // The copy gate spins with a bound; a stream wait-value cannot (memop: off).
-  e->copyGateNs_ =
-      memop ? 0 : std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pCopyGate)) * 1000;
-  e->copyGateMinBytes_ =
-      static_cast<uint64_t>(std::max<int64_t>(1, ctx.params->getInt(ParamId::P2pCopyGateMinBytes)));
-  e->copyStaggerNs_ =
-      static_cast<uint64_t>(std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pCopyStagger)));
   const bool lazyCuda =
       ctx.runtime->kind() == rt::RuntimeKind::Cuda && ctx.runtime->lazyModuleLoading();
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);

@@ -183,17 +183,11 @@ class P2pEngine {
                                  Streams& streams, std::vector<std::shared_ptr<rt::Event>>* starts);
   [[nodiscard]] Status stageSends(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                   Streams& streams, size_t stream);
-  // Phase 3: the copies of FERRY_P2P_COPY_GATE_US's gate (indices, in
-  // `order`), and one copy's waits before it runs (*c: its stream).
-  std::vector<size_t> gatedCopies(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops,
-                                  const std::vector<size_t>& order,
-                                  const std::vector<bool>& onUser) const;
+  // Phase 3: one copy's wait for its user stream (*c: its stream), and its end.
   [[nodiscard]] Status beginSecond(Op& op, Streams& streams,
                                    const std::vector<std::shared_ptr<rt::Event>>& starts,
                                    const std::vector<bool>& onUser, rt::Stream** c);
-  [[nodiscard]] Status gateSecond(const std::vector<Op>& ops, const std::vector<size_t>& gated,
-                                  size_t k, rt::Stream& c);
-  [[nodiscard]] Status endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser, int gate);
+  [[nodiscard]] Status endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser);
   [[nodiscard]] Status copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
                                     Streams& streams,
                                     const std::vector<std::shared_ptr<rt::Event>>& starts);
@@ -228,9 +222,6 @@ class P2pEngine {
   bool zeroCopy_ = true;           // FERRY_P2P_ZERO_COPY
   bool selfCopy_ = true;           // FERRY_P2P_SELF_COPY
   bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
-  int64_t copyGateNs_ = 0;         // FERRY_P2P_COPY_GATE_US (0: off)
-  uint64_t copyGateMinBytes_ = 0;  // FERRY_P2P_COPY_GATE_MIN_BYTES
-  uint64_t copyStaggerNs_ = 0;     // FERRY_P2P_COPY_STAGGER_NS
   bool stageSends_ = false;        // see staging.h
   int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;         // FERRY_P2P_PUSH_WAIT_US

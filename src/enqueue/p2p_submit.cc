@@ -86,115 +86,46 @@ Status P2pEngine::copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op
   // separate streams: issued in call order (peer 0 first on every rank, as
   // all-to-alls call), every GPU writes into the same peer at once
   // (rotatedOrder says what that costs).
-  const std::vector<size_t> order =
-      rotatedOrder(tasks, myRank_, static_cast<int>(state_.send.size()));
-  const std::vector<size_t> gated = gatedCopies(tasks, ops, order, onUser);
-  for (size_t i : order) {
+  for (size_t i : rotatedOrder(tasks, myRank_, static_cast<int>(state_.send.size()))) {
     Op& op = ops[i];
     if (op.first) continue;
     rt::Stream* c = nullptr;
     FERRY_CHECK(beginSecond(op, streams, starts, onUser, &c));
-    auto k = std::find(gated.begin(), gated.end(), i);
-    if (k != gated.end()) {
-      FERRY_CHECK(gateSecond(ops, gated, static_cast<size_t>(k - gated.begin()), *c));
-    } else if (op.gpuWaitReady) {
-      // Acquire: the first side's bytes are complete once its flag is seen.
-      FERRY_CHECK(userWait(*c, op.conn->ctrl, op.slot().ready, op.gen()));
-    }
     char* mine =
         op.block != nullptr ? StagingPool::data(op.block) : static_cast<char*>(tasks[i].buffer);
     FERRY_CHECK(op.send ? c->copyAsync(op.remote, mine, tasks[i].bytes)
                         : c->copyAsync(mine, op.remote, tasks[i].bytes));
-    const int gate = k != gated.end() ? static_cast<int>(k - gated.begin()) : -1;
-    FERRY_CHECK(endSecond(tasks[i], op, *c, onUser[op.stream], gate));
+    FERRY_CHECK(endSecond(tasks[i], op, *c, onUser[op.stream]));
   }
   return ncclSuccess;
 }
 
-// FERRY_P2P_COPY_GATE_US (experimental, off). Each copy as the second side
-// waits on the GPU for its own peer's `ready`, so the copies of an
-// all-to-all start as the peers become ready, and the idea was that every
-// GPU then writes first into the peer that finished its last launch first
-// (copy engines alone, 4x H200: 193 GB/s per GPU in one peer order, 364
-// rotated; bench/ce_alltoall.cu). Gated, they start together once every
-// peer is ready (or the bound passed: a late peer delays the others' copies
-// by at most the bound, and a peer that waits for one of them cannot
-// deadlock), each k x FERRY_P2P_COPY_STAGGER_NS after the gate opens, in
-// rotated order. Measured: no gain (NOTES.md traps 62 and 64: a loop
-// synchronized on the GPU is slow in any order); kept to test that further. Only copies on connection streams (the user stream's own
-// copy is alone there), of FERRY_P2P_COPY_GATE_MIN_BYTES or more, to or
-// from 2+ peers, of which at least one waits on the GPU; with none, the
-// copies are runnable at once, in issue order already.
-std::vector<size_t> P2pEngine::gatedCopies(const std::vector<P2pTask>& tasks,
-                                           const std::vector<Op>& ops,
-                                           const std::vector<size_t>& order,
-                                           const std::vector<bool>& onUser) const {
-  std::vector<size_t> gated;
-  if (copyGateNs_ == 0) return gated;
-  std::vector<int> peers;
-  bool anyWaits = false;
-  for (size_t i : order) {
-    const Op& op = ops[i];
-    if (op.first || onUser[op.stream] || tasks[i].peer == myRank_ ||
-        tasks[i].bytes < copyGateMinBytes_) {
-      continue;
-    }
-    gated.push_back(i);
-    anyWaits = anyWaits || (op.gpuWaitReady && op.slot().ready.load() < op.gen());
-    if (std::find(peers.begin(), peers.end(), tasks[i].peer) == peers.end()) {
-      peers.push_back(tasks[i].peer);
-    }
-  }
-  if (!anyWaits || peers.size() < 2) gated.clear();
-  return gated;
-}
-
-// A second-side copy's stream (*c), after it waits for the user's stream to
-// reach the group (connection streams only; the user stream is there).
+// A second-side copy's stream (*c), after its waits: for the user's stream
+// to reach the group (connection streams) and for the first side's `ready`.
 Status P2pEngine::beginSecond(Op& op, Streams& streams,
                               const std::vector<std::shared_ptr<rt::Event>>& starts,
                               const std::vector<bool>& onUser, rt::Stream** c) {
   const bool user = onUser[op.stream];
   *c = user ? streams[op.stream].get() : op.conn->stream.get();
   if (!user) FERRY_CHECK((*c)->waitEvent(*starts[op.stream]));
+  // Acquire: the first side's bytes are complete once its flag is seen.
   op.gpuWaitReady = op.gpuWaitReady && op.slot().ready.load() < op.gen();
+  if (op.gpuWaitReady) FERRY_CHECK(userWait(**c, op.conn->ctrl, op.slot().ready, op.gen()));
   return ncclSuccess;
 }
 
-// The k-th gated copy's wait: its own peer's `ready` (hard; acquire: the
-// first side's bytes are complete once seen), the other gated copies'
-// peers' (soft, bounded: timing only), then k staggers.
-Status P2pEngine::gateSecond(const std::vector<Op>& ops, const std::vector<size_t>& gated, size_t k,
-                             rt::Stream& c) {
-  const Op& op = ops[gated[k]];
-  rt::GroupWait w;
-  if (op.gpuWaitReady) {
-    w.hard = op.conn->ctrl.dev(op.slot().ready);
-    w.hardValue = op.gen();
-  }
-  for (size_t j = 1; j < gated.size() && w.numSoft < rt::GroupWait::kMaxSoft; ++j) {
-    const Op& other = ops[gated[(k + j) % gated.size()]];
-    w.soft[w.numSoft] = other.conn->ctrl.dev(other.slot().ready);
-    w.softValue[w.numSoft++] = other.gen();
-  }
-  w.softNs = static_cast<uint64_t>(copyGateNs_);
-  w.staggerNs = k * copyStaggerNs_;
-  return c.waitGroupSpin(w);
-}
-
-Status P2pEngine::endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser, int gate) {
+Status P2pEngine::endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser) {
   // Stream write: ordered after the copy, so the peer sees the bytes first.
   FERRY_CHECK(c.writeValue64(op.conn->ctrl.dev(op.slot().done), op.gen()));
   if (op.userStreamWaits() && !onUser) {
     FERRY_CHECK(newEvent(&op.copied));
     FERRY_CHECK(op.copied->record(c));
   }
-  FERRY_TRACE(kLogP2p, "%s peer %d: message %llu (%llu bytes) copied as the second side%s%s%s",
+  FERRY_TRACE(kLogP2p, "%s peer %d: message %llu (%llu bytes) copied as the second side%s%s",
               op.send ? "send to" : "recv from", t.peer, static_cast<unsigned long long>(op.seq),
               static_cast<unsigned long long>(t.bytes),
               op.gpuWaitReady ? " after a GPU wait for the peer" : "",
-              onUser ? " on the user stream" : "",
-              gate >= 0 ? (" through the copy gate (" + std::to_string(gate) + ")").c_str() : "");
+              onUser ? " on the user stream" : "");
   return ncclSuccess;
 }
 

@@ -110,23 +110,6 @@ enum class WaitCondition : int { Geq = 0, Eq = 1 };
 // background; the host runtime drains queued work before returning. Either
 // way, memory used by queued work must outlive it. A wrapper from
 // wrapUserStream never destroys the underlying stream.
-// A copy's gate among a launch's copies to several peers
-// (Stream::waitGroupSpin): the copy's own word must reach its value, as
-// with waitValue64Spin; then, for at most softNs, the words of the other
-// copies' peers too (never required: a late peer only delays the copy by
-// softNs); then staggerNs more, so that the copies of one launch, released
-// together, become runnable in their issue order.
-struct GroupWait {
-  static constexpr int kMaxSoft = 7;  // peers beyond an 8-GPU node's are left out
-  uint64_t* hard = nullptr;           // null: the copy's own peer is known ready
-  uint64_t hardValue = 0;
-  uint64_t* soft[kMaxSoft] = {};
-  uint64_t softValue[kMaxSoft] = {};
-  int numSoft = 0;
-  uint64_t softNs = 0;
-  uint64_t staggerNs = 0;
-};
-
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -163,11 +146,6 @@ class Stream {
   // allocHost memory. Host runtime: exactly waitValue64(devAddr, value, Geq).
   // Call Runtime::preloadKernels() before the first use (see there).
   [[nodiscard]] virtual Status waitValue64Spin(uint64_t* devAddr, uint64_t value) = 0;
-  // Later work waits as GroupWait says, by the same one-thread kernel on
-  // CUDA (the soft words are acquired like the hard one, but only the hard
-  // one orders data: a copy may rely on nothing else). Host runtime: a
-  // waitValue64(Geq) on the hard word, then the bounded poll and the nap.
-  [[nodiscard]] virtual Status waitGroupSpin(const GroupWait& w) = 0;
   // Later work waits for `event`.
   [[nodiscard]] virtual Status waitEvent(Event& event) = 0;
   // Waits for all enqueued work; returns the stream's (sticky) error if any

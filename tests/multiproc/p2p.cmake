@@ -3,7 +3,7 @@
 add_executable(mp_p2p ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_cases.cc
                       ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_util.cc
                       ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_staging.cc
-                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_gate.cc)
+                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_chain.cc)
 target_include_directories(mp_p2p PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
 target_link_libraries(mp_p2p PRIVATE ferry_test_buffers)
 
@@ -267,20 +267,8 @@ set_tests_properties(p2p.stagingcap.nogrowwait.n2 PROPERTIES ENVIRONMENT
 ferry_p2p_test(p2p.stagingcap.soft.n2 2 stagingcap)
 set_tests_properties(p2p.stagingcap.soft.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=1;FERRY_TEST_EXPECT_SOFT=1")
-# FERRY_P2P_COPY_GATE_US: a launch's second-side copies to or from 2+ peers
-# start together. The data checks run with every copy in the gate (minimum
-# 1 byte) and a long bound, so the gate's waits are exercised in every
-# order the cases make (unbatched: receivers that depend on each other);
-# p2p.gate.trace.n3 counts the TRACE lines that prove the path ran, and
-# p2p.gatechain.n3 is the program that would deadlock without the bound.
-set(gate_env "FERRY_P2P_COPY_GATE_US=20000;FERRY_P2P_COPY_GATE_MIN_BYTES=1;FERRY_P2P_COPY_STAGGER_NS=100000;FERRY_P2P_KERNEL_MAX_BYTES=0")
-ferry_p2p_variants(gate "${gate_env};FERRY_TEST_ROUNDS=40" alltoall:3 stress:4 mixes:3 unbatched:4)
-add_test(NAME p2p.gate.trace.n3
-  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 3 --runtime host --timeout 100 \
-$<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
-n=$(echo \"$out\" | grep -c 'second side.* through the copy gate'); echo \"$n copies gated\"; [ \"$n\" -ge 1 ]")
-set_tests_properties(p2p.gate.trace.n3 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
-  "${gate_env};FERRY_TEST_ROUNDS=5;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
-ferry_p2p_test(p2p.gatechain.n3 3 gatechain)
-set_tests_properties(p2p.gatechain.n3 PROPERTIES ENVIRONMENT
-  "FERRY_P2P_COPY_GATE_US=300000;FERRY_P2P_COPY_GATE_MIN_BYTES=1;FERRY_P2P_KERNEL_MAX_BYTES=0")
+# A launch's copies to two peers whose receivers depend on each other
+# through that launch (p2p_chain.cc): each copy waits only for its own
+# receiver, never behind another's (trap 61: chaining them deadlocks).
+ferry_p2p_test(p2p.chain.n3 3 chain)
+set_tests_properties(p2p.chain.n3 PROPERTIES ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0")

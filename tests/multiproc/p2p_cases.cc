@@ -744,7 +744,7 @@ int main(int argc, char** argv) {
       {"lateexchange", caseLateExchange},
       {"latemany", caseLateMany},
       {"stagingcap", caseStagingCap},
-      {"gatechain", caseGateChain},
+      {"chain", caseChain},
   };
   return runCase(argc, argv, cases);
 }

@@ -208,8 +208,6 @@ class CudaStream final : public Stream {
     return cuda::launchWaitGeq(stream_, devAddr, value);
   }
 
-  Status waitGroupSpin(const GroupWait& w) override { return cuda::launchWaitGroup(stream_, w); }
-
   Status waitEvent(Event& event) override {
     auto* e = dynamic_cast<CudaEvent*>(&event);
     if (e == nullptr) FERRY_FAIL(ncclInvalidArgument, "waitEvent: not a CUDA event");

@@ -273,35 +273,6 @@ Status launchWaitGeq(cudaStream_t stream, uint64_t* devAddr, uint64_t value) {
   return ncclSuccess;
 }
 
-Status launchWaitGroup(cudaStream_t stream, const GroupWait& w) {
-  static_assert(GroupWait::kMaxSoft == device::WaitGroupArgs::kMaxSoft);
-  auto aligned = [](const uint64_t* p) {
-    return p != nullptr && reinterpret_cast<uintptr_t>(p) % alignof(uint64_t) == 0;
-  };
-  if ((w.hard != nullptr && !aligned(w.hard)) || w.numSoft < 0 || w.numSoft > GroupWait::kMaxSoft) {
-    FERRY_FAIL(ncclInvalidArgument, "waitGroupSpin: bad hard word %p or %d soft words",
-               static_cast<void*>(w.hard), w.numSoft);
-  }
-  device::WaitGroupArgs a{};
-  a.hard = w.hard;
-  a.hardTarget = w.hardValue;
-  a.timeoutNs = kSpinWaitTimeoutSec * 1000000000ull;
-  for (int i = 0; i < w.numSoft; ++i) {
-    if (!aligned(w.soft[i])) {
-      FERRY_FAIL(ncclInvalidArgument, "waitGroupSpin: bad soft word %p",
-                 static_cast<void*>(w.soft[i]));
-    }
-    a.soft[i] = w.soft[i];
-    a.softTarget[i] = w.softValue[i];
-  }
-  a.numSoft = w.numSoft;
-  a.softNs = w.softNs;
-  a.staggerNs = w.staggerNs;
-  void* args[] = {&a};
-  FERRY_CUDA_TRY(cudaLaunchKernel(device::waitGroupKernel(), dim3(1), dim3(1), args, 0, stream));
-  return ncclSuccess;
-}
-
 }  // namespace ferry::rt::cuda
 
 #endif  // FERRY_WITH_CUDA

@@ -23,7 +23,5 @@ bool lazyModuleLoading();
 [[nodiscard]] Status preloadKernels();
 // Stream::waitValue64Spin: launches the one-thread wait kernel on `stream`.
 [[nodiscard]] Status launchWaitGeq(cudaStream_t stream, uint64_t* devAddr, uint64_t value);
-// Stream::waitGroupSpin: the one-thread group wait kernel on `stream`.
-[[nodiscard]] Status launchWaitGroup(cudaStream_t stream, const GroupWait& w);
 
 }  // namespace ferry::rt::cuda

@@ -248,34 +248,6 @@ Status HostStreamBase::waitValue64(uint64_t* addr, uint64_t value, WaitCondition
   return submit([addr, value, c, timeoutMs] { return pollValue64(addr, value, c, timeoutMs); });
 }
 
-Status HostStreamBase::waitGroupSpin(const GroupWait& w) {
-  auto aligned = [](const uint64_t* p) {
-    return p != nullptr && reinterpret_cast<uintptr_t>(p) % alignof(uint64_t) == 0;
-  };
-  bool ok =
-      (w.hard == nullptr || aligned(w.hard)) && w.numSoft >= 0 && w.numSoft <= GroupWait::kMaxSoft;
-  for (int i = 0; ok && i < w.numSoft; ++i) ok = aligned(w.soft[i]);
-  if (!ok) FERRY_FAIL(ncclInvalidArgument, "waitGroupSpin: bad word or %d soft words", w.numSoft);
-  int64_t timeoutMs = waitTimeoutMs_;
-  return submit([w, timeoutMs] {
-    if (w.hard != nullptr)
-      FERRY_CHECK(pollValue64(w.hard, w.hardValue, WaitCondition::Geq, timeoutMs));
-    // The soft words only time the release (acquire loads all the same).
-    auto softEnd = Clock::now() + std::chrono::nanoseconds(w.softNs);
-    for (;;) {
-      int ready = 0;
-      for (int i = 0; i < w.numSoft; ++i) {
-        uint64_t v = std::atomic_ref<uint64_t>(*w.soft[i]).load(std::memory_order_acquire);
-        ready += conditionHolds(v, w.softValue[i], WaitCondition::Geq) ? 1 : 0;
-      }
-      if (ready == w.numSoft || Clock::now() >= softEnd) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    if (w.staggerNs > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(w.staggerNs));
-    return ncclSuccess;
-  });
-}
-
 Status HostStreamBase::waitEvent(Event& event) {
   auto* host = dynamic_cast<HostEvent*>(&event);
   if (host == nullptr) FERRY_FAIL(ncclInvalidArgument, "waitEvent: foreign event");

@@ -123,7 +123,6 @@ class HostStreamBase : public Stream {
   Status waitValue64Spin(uint64_t* devAddr, uint64_t value) override {
     return waitValue64(devAddr, value, WaitCondition::Geq);
   }
-  Status waitGroupSpin(const GroupWait& w) override;
   Status waitEvent(Event& event) override;
 
  protected:

@@ -1,6 +1,6 @@
-// FERRY_P2P_COPY_GATE_US: a launch's copies to several peers wait for one
-// another's peers only for a bounded time, so a program whose receivers
-// depend on each other through this very launch still completes.
+// A launch's copies to several peers, whose receivers depend on each other
+// through this very launch: each copy must wait only for its own receiver
+// (NOTES.md trap 61: a copy ordered behind another peer's would deadlock).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -16,12 +16,12 @@ namespace ferry::test {
 // rank 2 receives from 0 and only then sends to 1; rank 1 receives from 2
 // and only then from 0. Rank 1's receive from 0 is posted at once (its CPU
 // runs ahead) but its stream gets there only after rank 2's message, which
-// needs rank 0's copy to rank 2: a gate that waited for rank 1 without a
-// bound would deadlock. Rank 0 calls last, so it copies both messages as
-// the second side, each gated on the GPU. Every byte is checked.
-void caseGateChain(World& w) {
+// needs rank 0's copy to rank 2: a copy to rank 2 that waited for rank 1
+// would deadlock. Rank 0 calls last, so it copies both messages as
+// the second side, each waiting on the GPU for its receiver. Every byte is checked.
+void caseChain(World& w) {
   if (w.nranks < 3) {
-    printf("gatechain: needs 3 ranks: skipped\n");
+    printf("chain: needs 3 ranks: skipped\n");
     return;
   }
   const size_t bytes = (size_t{256} << 10) + 8 * (w.seed % 97) + 3;
@@ -58,11 +58,11 @@ void caseGateChain(World& w) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (w.rank == 1) {
-    m21->verify("gatechain 2->1");
-    m01->verify("gatechain 0->1");
+    m21->verify("chain 2->1");
+    m01->verify("chain 0->1");
   }
-  if (w.rank == 2) m02->verify("gatechain 0->2");
-  printf("gatechain: rank %d done in %.1f ms\n", w.rank, ms);
+  if (w.rank == 2) m02->verify("chain 0->2");
+  printf("chain: rank %d done in %.1f ms\n", w.rank, ms);
 }
 
 }  // namespace ferry::test
