@@ -8,6 +8,9 @@
 #            (mp_coll hier, forced and by the cost model), mixed groups, mp_p2p
 #            alltoall and mixes with same-host and cross-host peers in one group
 #   clients: the torch suite with 4 ranks ($CLIENT_MODES, $CLIENT_CASES)
+#   paired:  two 2-rank torch runs at once, $PAIRED ("modeA:modeB ...", default
+#            nccl-lazy:ferry-lazy) on GPUs 0-1 and 2-3, swapped every run,
+#            $PAIR_RUNS (4) runs per pair, $CLIENT_CASES (pipe): ratios within runs
 #   nccltests: nccl-tests -g 4, both libraries
 #   bench:   ferry-bench -n 4 beside NVIDIA's NCCL, one host
 #   hostbench: ferry-bench -n 4 --hosts 2 all_reduce beside NCCL (its sockets)
@@ -75,6 +78,10 @@ for st in ${STAGES:-one hosts clients nccltests bench hostbench}; do
       CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch} \
       CLIENT_SCHEDULES=${CLIENT_SCHEDULES:-GPipe,1F1B,Interleaved1F1B,DualPipeV} \
       CLIENT_CASE_TIMEOUT=60 CLIENT_TIMEOUT=200 timeout $(($(left) - 20)) "$here/real_clients.sh" $b torch
+    ;;
+  paired)  # two modes at once on GPUs 0-1 and 2-3 (real_clients.sh paired)
+    [ "$(left)" -gt 90 ] && CLIENT_CASES=${CLIENT_CASES:-pipe} CLIENT_CASE_TIMEOUT=90 CLIENT_TIMEOUT=240 \
+      timeout $(($(left) - 20)) "$here/real_clients.sh" $b paired
     ;;
   nccltests)
     wait $ntb

@@ -12,6 +12,7 @@
 #                      the CPU profile of each launch phase (FERRY_PROFILE=1)
 #           hangdiag   one pipelining schedule under Ferry with P2P tracing;
 #                      after $DIAG_WAIT s, native stacks of both ranks (cuda-gdb)
+#           paired     two modes at once on GPUs 0-1 and 2-3 of a 4-GPU machine
 #           death      rank 1 dies mid-loop: how long rank 0 takes to fail
 #           summary    the tables (always last)
 # Modes: nccl-lazy nccl-eager (NVIDIA's NCCL), ferry-lazy ferry-eager (Ferry,
@@ -30,6 +31,12 @@
 # $CLIENT_ENVN (e.g. CLIENT_ENV1="FERRY_P2P_PUSH_WAIT_STAGED=0" and mode
 # ferry-lazy-env1; an experiment without editing this script).
 # CLIENT_NPROC: ranks (one GPU each) of the torch stage, default 2.
+# CLIENT_SCHEDULES: the pipe case's schedules (one listed twice runs again in
+# the same process: pipe.NAME~2); CLIENT_PROFILE_STEP=1: one more step of each
+# under torch.profiler, its top CPU ops and GPU work printed in the log
+# ("PROFILE"), the Chrome trace kept where CLIENT_TRACE_DIR says.
+# paired: $PAIRED ("modeA:modeB ...") side by side on a 4-GPU machine, GPUs
+# 0-1 and 2-3, swapped every run, $PAIR_RUNS runs each (see the stage).
 # CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
 # GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
 set -uo pipefail
@@ -83,7 +90,8 @@ torchrun_clients() {  # mode, extra clients.py args...
   shift
   case $mode in nccl-*) expect=nccl ;; esac
   env $(mode_env "$mode") timeout ${CLIENT_TIMEOUT:-420} python3 -m torch.distributed.run \
-    --nproc-per-node ${CLIENT_NPROC:-2} "$here/real_clients/clients.py" --tag "$mode" --expect $expect "$@"
+    --nproc-per-node ${CLIENT_NPROC:-2} --master-port ${CLIENT_MASTER_PORT:-29500} \
+    "$here/real_clients/clients.py" --tag "$mode" --expect $expect "$@"
 }
 
 # Builds nccl-tests once, against NVIDIA's own headers (torch's wheel), as
@@ -150,6 +158,37 @@ for s in $stages; do
     wait
     grep -E "RESULT|CASE|WARN|Traceback" "$out/hangdiag-$m.log" | head -20 | cut -c1-300
     grep -E "TRACE|INFO" "$out/hangdiag-$m.log" | tail -30 | cut -c1-250
+    ;;
+  paired)
+    # Two modes at the same time, each on its own two GPUs of a 4-GPU
+    # machine, swapped every run: a run of one library moves by 30-50% with
+    # the machine (both libraries alike), which single runs one after the
+    # other cannot tell from a difference between the libraries; two runs
+    # side by side share the machine's state. $PAIRED: "modeA:modeB ..."
+    # (modeA:modeA is the control: how far apart two equal runs read);
+    # $PAIR_RUNS runs of each pair. Tags: modeA-paN and modeB-pbN.
+    r=0  # run numbers count on across the pairs: one modeB-pbN per modeA-paN
+    for pair in ${PAIRED:-nccl-lazy:ferry-lazy}; do
+      a=${pair%%:*} bb=${pair#*:}
+      for _ in $(seq 1 ${PAIR_RUNS:-4}); do
+        r=$((r + 1))
+        ga=0,1 gb=2,3
+        [ $((r % 2)) = 0 ] && ga=2,3 gb=0,1
+        t0=$(date +%s)
+        CUDA_VISIBLE_DEVICES=$ga CLIENT_MASTER_PORT=29510 torchrun_clients "$a" --tag "$a-pa$r" \
+          --cases "$cases" --schedules "$schedules" --case-timeout ${CLIENT_CASE_TIMEOUT:-240} \
+          >"$out/clients-$a-pa$r.log" 2>&1 &
+        CUDA_VISIBLE_DEVICES=$gb CLIENT_MASTER_PORT=29520 torchrun_clients "$bb" --tag "$bb-pb$r" \
+          --cases "$cases" --schedules "$schedules" --case-timeout ${CLIENT_CASE_TIMEOUT:-240} \
+          >"$out/clients-$bb-pb$r.log" 2>&1
+        rb=$?
+        wait $!
+        ra=$?
+        echo "$a-pa$r (GPUs $ga) exit $ra, $bb-pb$r (GPUs $gb) exit $rb, in $(($(date +%s) - t0)) s;" \
+          "ok $(cat "$out/clients-$a-pa$r.log" "$out/clients-$bb-pb$r.log" | grep -c '"ok": true')," \
+          "failed $(cat "$out/clients-$a-pa$r.log" "$out/clients-$bb-pb$r.log" | grep -c '"ok": false')"
+      done
+    done
     ;;
   p2pdiag)
     # Under Ferry (SM-free, lazy): per case, who copied each message (pushes

@@ -14,7 +14,10 @@ process (a hang is a failure, never a stuck suite).
 Cases: pipe.<Schedule> (torch.distributed.pipelining, 2 ranks, shapes
 inferred at run time; for 3 SGD steps the merged output, the per-micro-batch
 losses and the gradients of the last-stage rank's stages are checked against
-the same model on one GPU, then step time), fsdp2 (fully_shard, Adam; losses
+the same model on one GPU, then step time, host time and comm_ms: the
+step's CPU inside dist.batch_isend_irecv; a schedule listed twice runs again
+in the same process as pipe.<Schedule>~2; CLIENT_PROFILE_STEP=1 profiles one
+more step with torch.profiler, CLIENT_TRACE_DIR keeps its trace), fsdp2 (fully_shard, Adam; losses
 and the gathered parameters checked against a one-GPU model), ddp (gradients
 checked), a2a (uneven all_to_all_single, MoE-dispatch sized, new tensors
 every iteration, compared exactly), batch (batch_isend_irecv ring, exact),
@@ -158,10 +161,49 @@ def check_pipe_step(case, rank, mine, stages, ref, x, y, out, losses):
     return worst
 
 
-def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int):
+class CommClock:
+    """CPU time spent inside dist.batch_isend_irecv, the one call through
+    which the pipelining schedules move activations and gradients (the
+    library enqueues there: ncclGroupEnd), accumulated until read. The
+    schedules look it up on the torch.distributed module at each call, so
+    wrapping the module's attribute sees every one; results pass through.
+    Not isend/irecv: P2POp checks its op against the original functions,
+    and batch_isend_irecv calls them itself."""
+
+    NAMES = ("batch_isend_irecv",)
+
+    def __init__(self):
+        self.seconds, self.calls, self.saved = 0.0, 0, {}
+
+    def __enter__(self):
+        for n in self.NAMES:
+            fn = self.saved[n] = getattr(dist, n)
+
+            def timed(*args, _fn=fn, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return _fn(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - t0
+                    self.calls += 1
+            setattr(dist, n, timed)
+        return self
+
+    def __exit__(self, *exc):
+        for n, fn in self.saved.items():
+            setattr(dist, n, fn)
+
+    def take(self):
+        """(ms, calls) since the last take."""
+        out = (self.seconds * 1000, self.calls)
+        self.seconds, self.calls = 0.0, 0
+        return out
+
+
+def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int, case=None):
     from torch.distributed import pipelining as pp
 
-    case = f"pipe.{name}"
+    case = case or f"pipe.{name}"
     cls = getattr(pp, "Schedule" + name, None)
     if cls is None:
         rep.emit(case, None, skip=f"torch {torch.__version__} has no Schedule{name}")
@@ -179,38 +221,83 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
         ref = nn.Sequential(*[copy.deepcopy(mods[s]) for s in range(nstages)]).to(device)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=LR)
     worst = 0.0
-    step_times, host_times = [], []
-    for step in range(CHECK_STEPS + TIME_STEPS):
-        if step >= CHECK_STEPS:  # each timed step alone: its median is robust to one slow step
-            torch.cuda.synchronize()
-            dist.barrier()
-            t0 = time.perf_counter()
-        x, y = pipe_batch(seed, step, device)
-        losses = []
-        args = (x,) if first else ()
-        kwargs = {"target": y, "losses": losses} if last else {}
-        opt.zero_grad(set_to_none=True)
-        out = sched.step(*args, **kwargs)
-        if step < CHECK_STEPS and last:
-            worst = max(worst, check_pipe_step(case, rank, mine, stages, ref, x, y, out, losses))
-            ref_opt.step()
-        opt.step()
-        if step >= CHECK_STEPS:
-            # host_ms: the step's Python and library calls on the CPU. Close
-            # to step_ms means the CPU, not the GPU, sets the pace, and a
-            # library's CPU cost per call shows in the step time.
-            host_times.append((time.perf_counter() - t0) * 1000)
-            torch.cuda.synchronize()
-            step_times.append((time.perf_counter() - t0) * 1000)
+    step_times, host_times, comm_times, comm_calls = [], [], [], []
+    with CommClock() as clock:
+        for step in range(CHECK_STEPS + TIME_STEPS):
+            worst = max(worst, pipe_step(step, sched, opt, stages, mine, first, last, ref, ref_opt,
+                                         case, rank, seed, device, step_times, host_times))
+            ms, calls = clock.take()
+            if step >= CHECK_STEPS:
+                comm_times.append(ms)
+                comm_calls.append(calls)
+    if os.environ.get("CLIENT_PROFILE_STEP") == "1":
+        profile_step(lambda: pipe_step(CHECK_STEPS, sched, opt, stages, mine, first, last, ref,
+                                       ref_opt, case, rank, seed, device, [], []),
+                     f"{rep.tag}-{case}", rank)
     ok = worst < 2e-2
     step_times.sort()
     host_times.sort()
+    comm_times.sort()
     step_ms = sync_max(step_times[len(step_times) // 2], device)
     host_ms = sync_max(host_times[len(host_times) // 2], device)
-    fields = {"step_ms": round(step_ms, 3), "host_ms": round(host_ms, 3)}
+    # comm_ms: the step's CPU inside the p2p calls (the library's enqueue
+    # cost, torch's own included), this rank's median; a part of host_ms.
+    fields = {"step_ms": round(step_ms, 3), "host_ms": round(host_ms, 3),
+              "comm_ms": round(comm_times[len(comm_times) // 2], 3),
+              "comm_calls": max(comm_calls)}
     if last:
         fields["max_rel_err"] = worst
     rep.emit(case, ok, **fields)
+
+
+def profile_step(step, name: str, rank: int):
+    """CLIENT_PROFILE_STEP=1: one more step, after the timed ones, under
+    torch.profiler; prints the CPU ops and GPU work that took the most time
+    (where a CPU-paced step spends it: library calls, syncs, allocations),
+    and with CLIENT_TRACE_DIR set writes the step's Chrome trace there."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    for key in ("self_cpu_time_total", "self_device_time_total"):
+        try:
+            table = prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=60)
+        except (AttributeError, KeyError, RuntimeError) as e:  # older names: cuda_time
+            table = f"(no {key}: {e})"
+        print(f"PROFILE {name} rank {rank} by {key}\n{table}", flush=True)
+    where = os.environ.get("CLIENT_TRACE_DIR")
+    if where:
+        os.makedirs(where, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(where, f"trace-{name}-rank{rank}.json"))
+
+
+def pipe_step(step, sched, opt, stages, mine, first, last, ref, ref_opt, case, rank, seed, device,
+              step_times, host_times):
+    """One schedule step (timed after CHECK_STEPS; checked before): returns
+    the worst relative error of its check, 0 when not checked."""
+    worst = 0.0
+    if step >= CHECK_STEPS:  # each timed step alone: its median is robust to one slow step
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+    x, y = pipe_batch(seed, step, device)
+    losses = []
+    args = (x,) if first else ()
+    kwargs = {"target": y, "losses": losses} if last else {}
+    opt.zero_grad(set_to_none=True)
+    out = sched.step(*args, **kwargs)
+    if step < CHECK_STEPS and last:
+        worst = max(worst, check_pipe_step(case, rank, mine, stages, ref, x, y, out, losses))
+        ref_opt.step()
+    opt.step()
+    if step >= CHECK_STEPS:
+        # host_ms: the step's Python and library calls on the CPU. Close
+        # to step_ms means the CPU, not the GPU, sets the pace, and a
+        # library's CPU cost per call shows in the step time.
+        host_times.append((time.perf_counter() - t0) * 1000)
+        torch.cuda.synchronize()
+        step_times.append((time.perf_counter() - t0) * 1000)
+    return worst
 
 
 # ---- FSDP2 ---------------------------------------------------------------------
@@ -682,34 +769,52 @@ def parse_cpulist(text: str) -> set:
     return cpus
 
 
+def physical_gpu(local: int) -> int:
+    """The nvidia-smi index (PCI order) of this rank's GPU: CUDA_VISIBLE_DEVICES
+    names it when set (the paired runs give each job two GPUs of four)."""
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible and all(v.strip().isdigit() for v in visible) and local < len(visible):
+        return int(visible[local])
+    return local
+
+
+def gpu_cpulists() -> list:
+    """Each GPU's NUMA-local CPU set, by nvidia-smi index."""
+    lines = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20).stdout.split()
+    out = []
+    for bus in lines:  # nvidia-smi: 00000000:19:00.0; sysfs: 0000:19:00.0
+        with open(f"/sys/bus/pci/devices/{bus.strip()[-12:].lower()}/local_cpulist") as f:
+            out.append(parse_cpulist(f.read()))
+    return out
+
+
 def pin_near_gpu(local: int) -> str:
     """Binds this process (and the threads it starts later: the libraries'
     proxy and watchdog threads) to its share of the CPUs of its GPU's NUMA
     node, so step times do not depend on where the scheduler put each rank
-    (the same for both libraries). CLIENT_PIN=0 leaves the affinity alone.
-    Returns what was done, for the library record."""
+    (the same for both libraries). The GPUs whose node it is share its CPUs
+    in slices by GPU index, so one rank's threads never take another's
+    cores, even those of another job running at the same time on other GPUs
+    (the paired stage of real_clients.sh). CLIENT_PIN=0 leaves the affinity
+    alone. Returns what was done, for the library record."""
     if os.environ.get("CLIENT_PIN", "1") == "0":
         return "off"
     try:
-        bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader",
-                              "-i", str(local)], capture_output=True, text=True,
-                             timeout=20).stdout.strip()
-        # nvidia-smi: 00000000:19:00.0; sysfs: 0000:19:00.0
-        path = f"/sys/bus/pci/devices/{bus[-12:].lower()}/local_cpulist"
-        with open(path) as f:
-            cpus = sorted(parse_cpulist(f.read()) & os.sched_getaffinity(0))
-        # Ranks whose GPUs share a node would share its CPUs: each takes its
-        # own slice (by local rank), so one rank's threads never take the
-        # other's cores.
-        parts = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        lists = gpu_cpulists()
+        gpu = physical_gpu(local)
+        node = lists[gpu]
+        cpus = sorted(node & os.sched_getaffinity(0))
+        sharing = [g for g, l in enumerate(lists) if l == node]
+        parts = len(sharing)
         if len(cpus) >= 2 * parts:
-            k = local % parts
+            k = sharing.index(gpu)
             cpus = cpus[k * len(cpus) // parts:(k + 1) * len(cpus) // parts]
         if not cpus:
             return "no cpus"
         os.sched_setaffinity(0, set(cpus))
-        return f"{cpus[0]}-{cpus[-1]} ({len(cpus)})"
-    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return f"{cpus[0]}-{cpus[-1]} ({len(cpus)}), GPU {gpu}"
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError) as e:
         return f"failed: {e}"[:80]
 
 
@@ -740,8 +845,15 @@ def main():
     cases = []
     for c in a.cases.split(","):
         if c == "pipe":
-            cases += [("pipe." + s, lambda s=s: case_pipe(rep, s, rank, world, device, a.seed))
-                      for s in a.schedules.split(",")]
+            # A schedule listed again runs again in this process as
+            # pipe.NAME~2, ~3...: whether a run's speed is the process's
+            # (runs of one library differ by 30-50%) or the moment's.
+            seen = {}
+            for s in a.schedules.split(","):
+                seen[s] = seen.get(s, 0) + 1
+                name = f"pipe.{s}" + (f"~{seen[s]}" if seen[s] > 1 else "")
+                cases.append((name, lambda s=s, name=name: case_pipe(rep, s, rank, world, device,
+                                                                   a.seed, case=name)))
         else:
             fn = globals()["case_" + c]
             cases.append((c, lambda fn=fn: fn(rep, rank, world, device, a.seed)))

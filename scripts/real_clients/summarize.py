@@ -11,7 +11,9 @@ Repeated modes (tags ending in -r2, -r3, ...: the same mode run again)
 are then folded: the median of each time over a mode's runs, and
 Ferry/NCCL ratios of those medians per loading mode (ferry-lazy against
 nccl-lazy, kernel-eager against nccl-eager, ...). Single runs of these
-cases vary by +-15%: read the medians.
+cases vary by 30-50% with the machine: read the medians, or better the
+paired runs' table (modeA-paN beside modeB-pbN, made at the same time on
+other GPUs): the median of per-run ratios.
 """
 import json
 import re
@@ -51,7 +53,7 @@ def verdict(recs, ranks):
     return "ok"
 
 
-METRICS = ["step_ms", "median_ms", "host_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
+METRICS = ["step_ms", "median_ms", "host_ms", "comm_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
            "host_ms_4096B", "host_ms_1048576B", "host_ms_16777216B", "host_ms_268435456B",
            "synced_ms_4096B", "synced_ms_1048576B",
            "busbw_max", "wrong", "setup_s", "held_mib", "mib_per_group",
@@ -104,6 +106,7 @@ def main_with(paths):
                   f"{' (bit for bit)' if l == fsdp[base_tag] else ''}")
     failed += busbw_table(runs)
     median_tables(runs)
+    paired_tables(runs)
     print(f"\n{failed} failing cell(s)")
     return 1 if failed else 0
 
@@ -150,7 +153,7 @@ def planned_by(run, name):
 
 
 # The times compared across libraries: (case prefix, metric).
-FOLDED = [("pipe.", "step_ms"), ("a2a", "median_ms"), ("a2a", "host_ms"), ("batch", "ms_16777216B"),
+FOLDED = [("pipe.", "step_ms"), ("pipe.", "comm_ms"), ("a2a", "median_ms"), ("a2a", "host_ms"), ("batch", "ms_16777216B"),
           ("batch", "ms_268435456B"), ("batch", "host_ms_16777216B"), ("blocking", "median_ms"),
           ("fsdp2", "step_ms"), ("ddp", "step_ms"), ("overlap", "sendrecv_slowdown"),
           ("overlap", "alltoall_slowdown")]
@@ -202,6 +205,45 @@ def median_tables(runs):
             ok = k in med[a] and k in med[b] and med[b][k][0] > 0
             cells.append(f"{med[a][k][0] / med[b][k][0]:.2f}" if ok else "-")
         print(f"| {k[0]} {k[1]} | " + " | ".join(cells) + " |")
+
+
+def run_values(cases):
+    """(case, metric) -> the slowest rank's value, for the FOLDED times."""
+    out = OrderedDict()
+    for case, recs in cases.items():
+        for prefix, metric in FOLDED:
+            vals = [r[metric] for r in recs if metric in r and r.get("ok") is not False]
+            if case.startswith(prefix) and vals:
+                out[(case, metric)] = max(vals)
+    return out
+
+
+def paired_tables(runs):
+    """Runs made side by side (real_clients.sh's paired stage: modeA-paN and
+    modeB-pbN at the same time on other GPUs): per pair of modes, the
+    median over N of B's time / A's time within each run, its range, and
+    each mode's median time. Prints nothing without such runs."""
+    pairs = OrderedDict()  # (modeA, modeB) -> [(A values, B values)]
+    for tag in runs:
+        m = re.match(r"(.+)-pa([0-9]+)$", tag)
+        # Run numbers count on across the pairs of a call: one B per A.
+        partner = [t for t in runs if m and re.fullmatch(rf"(.+)-pb{m.group(2)}", t)]
+        if len(partner) == 1:
+            key = (m.group(1), re.sub(r"-pb[0-9]+$", "", partner[0]))
+            pairs.setdefault(key, []).append((run_values(runs[tag]), run_values(runs[partner[0]])))
+    for (a, b), rows in pairs.items():
+        keys = OrderedDict((k, True) for va, vb in rows for k in va if k in vb)
+        print(f"\n| side by side: {b} / {a} ({len(rows)} runs) | median ratio | range |"
+              f" {a} median | {b} median |")
+        print("|---|---:|---|---:|---:|")
+        for k in keys:
+            ratios = sorted(vb[k] / va[k] for va, vb in rows if k in va and k in vb and va[k] > 0)
+            if not ratios:
+                continue
+            ma = statistics.median(va[k] for va, vb in rows if k in va)
+            mb = statistics.median(vb[k] for va, vb in rows if k in vb)
+            print(f"| {k[0]} {k[1]} | {statistics.median(ratios):.3f} |"
+                  f" {ratios[0]:.2f}-{ratios[-1]:.2f} | {ma:.4g} | {mb:.4g} |")
 
 
 def busbw_table(runs):

@@ -1,7 +1,8 @@
 """Checks scripts/real_clients/summarize.py on made-up RESULT logs: a
 planned case without a result fails, an unplanned one is left out, and
 repeated modes (-r2, or the same tag in a second log) fold into medians
-whose Ferry/NCCL ratios are the ones computed here by hand."""
+whose Ferry/NCCL ratios are the ones computed here by hand, and runs made
+side by side (-paN beside -pbN) give the median of their per-run ratios."""
 import contextlib
 import io
 import json
@@ -94,12 +95,29 @@ def main():
     expect(runs[0].endswith("(2)") and runs[1].endswith("(3)"),
            f"runs folded per mode: {runs} (expected nccl-lazy 2, ferry-lazy 3)")
 
+    # Side-by-side runs: B's time over A's within each run, then the median
+    # of those ratios (not the ratio of the medians), with its range.
+    paired = {r: (rnd.uniform(5, 30), rnd.uniform(5, 30)) for r in (1, 2, 3)}
+    with tempfile.TemporaryDirectory() as d:
+        lines = []
+        for r, (a, b) in paired.items():
+            for tag, v in ((f"nccl-lazy-pa{r}", a), (f"ferry-lazy-pb{r}", b)):
+                lines += [line(tag, "library", k, planned=["pipe.GPipe"]) for k in (0, 1)]
+                lines += [line(tag, "pipe.GPipe", k, step_ms=v - k) for k in (0, 1)]
+        # A B run without its A partner pairs with nothing.
+        lines += [line("ferry-lazy-pb9", "pipe.GPipe", k, step_ms=1.0) for k in (0, 1)]
+        _, text = run([write_log(d, "paired.log", lines)])
+    ratios = sorted(b / a for a, b in paired.values())
+    cells = row(text, "| side by side: ferry-lazy / nccl-lazy (3 runs)", "pipe.GPipe step_ms")
+    expect(cells[0] == f"{ratios[1]:.3f}", f"paired median ratio {cells[0]}, computed {ratios[1]:.3f}")
+    expect(cells[1] == f"{ratios[0]:.2f}-{ratios[2]:.2f}", f"paired range {cells[1]}")
+
     for f in failures:
         print("FAIL", f)
     if failures:
         print(text)
         return 1
-    print("PASS summarize: planned/missing cells and folded medians")
+    print("PASS summarize: planned/missing cells, folded medians, side-by-side ratios")
     return 0
 
 
