@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
@@ -11,8 +12,10 @@
 #include <string>
 #include <thread>
 
+#include "core/log.h"
 #include "net/net_registry.h"
 #include "net/socket_net.h"
+#include "topo/pci_locality.h"
 
 namespace ferry {
 namespace {
@@ -162,11 +165,38 @@ void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine
       static_cast<unsigned long long>(lim.rlim_max));
 }
 
+std::vector<int> nearNetDevices(net::NetEngine* engine, const Topology& t, int count) {
+  std::vector<std::string> nics(static_cast<size_t>(count));
+  for (int d = 0; d < count; ++d) {
+    net::NetProperties p;
+    if (engine->properties(d, &p) == ncclSuccess) nics[d] = p.pciPath;
+  }
+  std::string gpu;
+  if (t.myRank >= 0 && static_cast<size_t>(t.myRank) < t.peers.size()) {
+    gpu = pciSysfsPath(t.peers[t.myRank].busId);
+  }
+  std::vector<int> near = nearestNetDevices(gpu, nics);
+  if (near.size() < nics.size()) {
+    std::string list;
+    for (int d : near) list += " " + std::to_string(d);
+    // Said once per process: every connection of every communicator asks.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      FERRY_INFO(kLogInit | kLogNet, "rank %d: NET/%s device(s)%s of %d nearest to GPU %s (%s)",
+                 t.myRank, engine->name(), list.c_str(), count, t.peers[t.myRank].busId,
+                 gpu.c_str());
+    }
+  }
+  return near;
+}
+
 int netDevFor(net::NetEngine* engine, const Topology& t, int spread) {
   int count = 0;
   if (engine->devices(&count) != ncclSuccess || count <= 1) return 0;
+  const std::vector<int> near = nearNetDevices(engine, t, count);
+  const int n = static_cast<int>(near.size());
   const int local = std::max(t.localRank, 0);
-  return (spread % count + local % count) % count;
+  return near[(spread % n + local % n) % n];
 }
 
 Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out) {

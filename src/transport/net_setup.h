@@ -40,12 +40,17 @@ using NetHandle = std::array<char, net::kNetHandleBytes>;
 // `links`: netLinksPerPeer's.
 void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine, int links);
 
-// Which of the engine's devices (NICs) a connection uses: (spread + this
-// rank's local index) modulo the device count, so that a ring's channels
-// (spread: the channel) and a rank's peers (spread: the peer) go over every
-// NIC the engine reports, and the ranks of one host start on different
-// ones. NCCL places each GPU on its nearest NIC; Ferry's topology does not
-// know where NICs sit. 0 when the engine reports one device (or fails to).
+// The engine's devices (NICs) nearest to this rank's GPU by PCI path
+// (topo/pci_locality.h): every device when the paths say nothing.
+std::vector<int> nearNetDevices(net::NetEngine* engine, const Topology& t, int count);
+
+// Which of the engine's devices (NICs) a connection uses: among the NICs
+// nearest to this rank's GPU (as NCCL places each GPU on its nearest NIC),
+// (spread + this rank's local index) modulo their count, so that a ring's
+// channels (spread: the channel) and a rank's peers (spread: the peer) go
+// over each of them, and the ranks of one host start on different ones.
+// With no PCI paths known every NIC is nearest: the spread over all of
+// them. 0 when the engine reports one device (or fails to).
 int netDevFor(net::NetEngine* engine, const Topology& t, int spread);
 
 // FERRY_NET_LINKS resolved: 1..kMaxNetLinks (0, the default: 2 on CUDA,
