@@ -168,16 +168,23 @@ class CommClock:
     schedules look it up on the torch.distributed module at each call, so
     wrapping the module's attribute sees every one; results pass through.
     Not isend/irecv: P2POp checks its op against the original functions,
-    and batch_isend_irecv calls them itself."""
+    and batch_isend_irecv calls them itself. Also wrapped where it is
+    defined (distributed_c10d), for code that calls it by that name; each
+    wrapper calls the original, so no call counts twice. comm_calls 0 in
+    a result means the schedules reached it some other way."""
 
-    NAMES = ("batch_isend_irecv",)
+    NAME = "batch_isend_irecv"
 
     def __init__(self):
-        self.seconds, self.calls, self.saved = 0.0, 0, {}
+        self.seconds, self.calls, self.saved = 0.0, 0, []
 
     def __enter__(self):
-        for n in self.NAMES:
-            fn = self.saved[n] = getattr(dist, n)
+        import torch.distributed.distributed_c10d as c10d
+        for module in (dist, c10d):
+            fn = getattr(module, self.NAME, None)
+            if fn is None:
+                continue
+            self.saved.append((module, fn))
 
             def timed(*args, _fn=fn, **kwargs):
                 t0 = time.perf_counter()
@@ -186,12 +193,12 @@ class CommClock:
                 finally:
                     self.seconds += time.perf_counter() - t0
                     self.calls += 1
-            setattr(dist, n, timed)
+            setattr(module, self.NAME, timed)
         return self
 
     def __exit__(self, *exc):
-        for n, fn in self.saved.items():
-            setattr(dist, n, fn)
+        for module, fn in self.saved:
+            setattr(module, self.NAME, fn)
 
     def take(self):
         """(ms, calls) since the last take."""
