@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/null_net_engine.h"
 #include "topo/pci_locality.h"
 #include "transport/net_setup.h"
 
@@ -66,7 +67,7 @@ TEST(PciLocality, SysfsPathOfBusIds) {
 }
 
 // An engine whose devices report the given PCI paths.
-class PathEngine final : public net::NetEngine {
+class PathEngine final : public NullNetEngine {
  public:
   explicit PathEngine(std::vector<std::string> paths) : paths_(std::move(paths)) {}
   const char* name() const override { return "Paths"; }
@@ -79,20 +80,6 @@ class PathEngine final : public net::NetEngine {
     out->pciPath = paths_[dev];
     return ncclSuccess;
   }
-  Status listen(int, void*, void**) override { return ncclInternalError; }
-  Status connect(int, void*, void**) override { return ncclInternalError; }
-  Status accept(void*, void**) override { return ncclInternalError; }
-  Status regMr(void*, void*, size_t, int, void**) override { return ncclInternalError; }
-  Status deregMr(void*, void*) override { return ncclInternalError; }
-  Status isend(void*, void*, size_t, int, void*, void**) override { return ncclInternalError; }
-  Status irecv(void*, int, void**, size_t*, int*, void**, void**) override {
-    return ncclInternalError;
-  }
-  Status iflush(void*, int, void**, int*, void**, void**) override { return ncclInternalError; }
-  Status test(void*, int*, size_t*) override { return ncclInternalError; }
-  Status closeSend(void*) override { return ncclSuccess; }
-  Status closeRecv(void*) override { return ncclSuccess; }
-  Status closeListen(void*) override { return ncclSuccess; }
 
  private:
   std::vector<std::string> paths_;
