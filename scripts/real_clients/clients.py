@@ -227,20 +227,45 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
     if last:
         ref = nn.Sequential(*[copy.deepcopy(mods[s]) for s in range(nstages)]).to(device)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=LR)
+
+    def run_step(step, step_times, host_times):
+        """One schedule step (timed after CHECK_STEPS into the lists given;
+        checked before): the worst relative error of its check, else 0."""
+        worst = 0.0
+        if step >= CHECK_STEPS:  # each timed step alone: its median is robust to one slow step
+            torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+        x, y = pipe_batch(seed, step, device)
+        losses = []
+        args = (x,) if first else ()
+        kwargs = {"target": y, "losses": losses} if last else {}
+        opt.zero_grad(set_to_none=True)
+        out = sched.step(*args, **kwargs)
+        if step < CHECK_STEPS and last:
+            worst = check_pipe_step(case, rank, mine, stages, ref, x, y, out, losses)
+            ref_opt.step()
+        opt.step()
+        if step >= CHECK_STEPS:
+            # host_ms: the step's Python and library calls on the CPU. Close
+            # to step_ms means the CPU, not the GPU, sets the pace, and a
+            # library's CPU cost per call shows in the step time.
+            host_times.append((time.perf_counter() - t0) * 1000)
+            torch.cuda.synchronize()
+            step_times.append((time.perf_counter() - t0) * 1000)
+        return worst
+
     worst = 0.0
     step_times, host_times, comm_times, comm_calls = [], [], [], []
     with CommClock() as clock:
         for step in range(CHECK_STEPS + TIME_STEPS):
-            worst = max(worst, pipe_step(step, sched, opt, stages, mine, first, last, ref, ref_opt,
-                                         case, rank, seed, device, step_times, host_times))
+            worst = max(worst, run_step(step, step_times, host_times))
             ms, calls = clock.take()
             if step >= CHECK_STEPS:
                 comm_times.append(ms)
                 comm_calls.append(calls)
     if os.environ.get("CLIENT_PROFILE_STEP") == "1":
-        profile_step(lambda: pipe_step(CHECK_STEPS, sched, opt, stages, mine, first, last, ref,
-                                       ref_opt, case, rank, seed, device, [], []),
-                     f"{rep.tag}-{case}", rank)
+        profile_step(lambda: run_step(CHECK_STEPS, [], []), f"{rep.tag}-{case}", rank)
     ok = worst < 2e-2
     step_times.sort()
     host_times.sort()
@@ -276,35 +301,6 @@ def profile_step(step, name: str, rank: int):
     if where:
         os.makedirs(where, exist_ok=True)
         prof.export_chrome_trace(os.path.join(where, f"trace-{name}-rank{rank}.json"))
-
-
-def pipe_step(step, sched, opt, stages, mine, first, last, ref, ref_opt, case, rank, seed, device,
-              step_times, host_times):
-    """One schedule step (timed after CHECK_STEPS; checked before): returns
-    the worst relative error of its check, 0 when not checked."""
-    worst = 0.0
-    if step >= CHECK_STEPS:  # each timed step alone: its median is robust to one slow step
-        torch.cuda.synchronize()
-        dist.barrier()
-        t0 = time.perf_counter()
-    x, y = pipe_batch(seed, step, device)
-    losses = []
-    args = (x,) if first else ()
-    kwargs = {"target": y, "losses": losses} if last else {}
-    opt.zero_grad(set_to_none=True)
-    out = sched.step(*args, **kwargs)
-    if step < CHECK_STEPS and last:
-        worst = max(worst, check_pipe_step(case, rank, mine, stages, ref, x, y, out, losses))
-        ref_opt.step()
-    opt.step()
-    if step >= CHECK_STEPS:
-        # host_ms: the step's Python and library calls on the CPU. Close
-        # to step_ms means the CPU, not the GPU, sets the pace, and a
-        # library's CPU cost per call shows in the step time.
-        host_times.append((time.perf_counter() - t0) * 1000)
-        torch.cuda.synchronize()
-        step_times.append((time.perf_counter() - t0) * 1000)
-    return worst
 
 
 # ---- FSDP2 ---------------------------------------------------------------------

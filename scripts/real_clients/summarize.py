@@ -163,6 +163,17 @@ def base_mode(tag):
     return re.sub(r"(-r[0-9]+)?(@[0-9]+)?$", "", tag)
 
 
+def run_values(cases):
+    """(case, metric) -> the slowest rank's value, for the FOLDED times."""
+    out = OrderedDict()
+    for case, recs in cases.items():
+        for prefix, metric in FOLDED:
+            vals = [r[metric] for r in recs if metric in r and r.get("ok") is not False]
+            if case.startswith(prefix) and vals:
+                out[(case, metric)] = max(vals)
+    return out
+
+
 def folded_medians(runs):
     """mode -> (case, metric) -> (median over the mode's runs, run count),
     each run's value being its slowest rank's."""
@@ -170,11 +181,8 @@ def folded_medians(runs):
     for tag, cases in runs.items():
         if tag.startswith("nccltests-"):
             continue
-        for case, recs in cases.items():
-            for prefix, metric in FOLDED:
-                vals = [r[metric] for r in recs if metric in r and r.get("ok") is not False]
-                if case.startswith(prefix) and vals:
-                    out.setdefault(base_mode(tag), OrderedDict()).setdefault((case, metric), []).append(max(vals))
+        for key, value in run_values(cases).items():
+            out.setdefault(base_mode(tag), OrderedDict()).setdefault(key, []).append(value)
     return OrderedDict((m, OrderedDict((k, (statistics.median(v), len(v))) for k, v in d.items()))
                        for m, d in out.items())
 
@@ -205,17 +213,6 @@ def median_tables(runs):
             ok = k in med[a] and k in med[b] and med[b][k][0] > 0
             cells.append(f"{med[a][k][0] / med[b][k][0]:.2f}" if ok else "-")
         print(f"| {k[0]} {k[1]} | " + " | ".join(cells) + " |")
-
-
-def run_values(cases):
-    """(case, metric) -> the slowest rank's value, for the FOLDED times."""
-    out = OrderedDict()
-    for case, recs in cases.items():
-        for prefix, metric in FOLDED:
-            vals = [r[metric] for r in recs if metric in r and r.get("ok") is not False]
-            if case.startswith(prefix) and vals:
-                out[(case, metric)] = max(vals)
-    return out
 
 
 def paired_tables(runs):

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 
 namespace ferry {
 namespace {
@@ -55,9 +57,16 @@ std::string pciSysfsPath(const std::string& busId) {
   std::string id = busId.substr(busId.size() - kSysfsIdLen);
   for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (id[4] != ':' || id[7] != ':' || id[10] != '.') return "";
+  // A function's place in the tree does not change while the process runs,
+  // and every network connection of every communicator asks: resolved once.
+  static std::mutex mu;
+  static auto* known = new std::map<std::string, std::string>();  // leaked: used at exit
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known->find(id);
+  if (it != known->end()) return it->second;
   const std::string link = "/sys/bus/pci/devices/" + id;
   std::unique_ptr<char, decltype(&free)> real(realpath(link.c_str(), nullptr), free);
-  return real ? std::string(real.get()) : std::string();
+  return (*known)[id] = real ? std::string(real.get()) : std::string();
 }
 
 }  // namespace ferry

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/null_net_engine.h"
 #include "proxy/net_progress.h"
 #include "runtime/host/host_runtime.h"
 #include "transport/net_buffers.h"
@@ -25,23 +26,12 @@ constexpr uint64_t kChunk = 4096;
 // Requests complete at the first test unless their comm is stalled; a
 // receive reports the bytes a correct sender would have sent (a full chunk,
 // or what the receive had room for when that is less: the last chunk).
-class FakeEngine final : public net::NetEngine {
+class FakeEngine final : public NullNetEngine {
  public:
   std::set<void*> stalled;
   std::map<void*, int> posts;  // requests posted per comm
 
   const char* name() const override { return "Fake"; }
-  Status devices(int* count) override {
-    *count = 1;
-    return ncclSuccess;
-  }
-  Status properties(int, net::NetProperties* out) override {
-    out->name = "fake0";
-    return ncclSuccess;
-  }
-  Status listen(int, void*, void**) override { return ncclInternalError; }
-  Status connect(int, void*, void**) override { return ncclInternalError; }
-  Status accept(void*, void**) override { return ncclInternalError; }
   Status regMr(void*, void*, size_t, int, void** mhandle) override {
     *mhandle = this;
     return ncclSuccess;
@@ -55,7 +45,6 @@ class FakeEngine final : public net::NetEngine {
     const size_t size = sizes[0] == kChunk + kNetTrailerBytes ? kChunk : sizes[0];
     return post(comm, size, request);
   }
-  Status iflush(void*, int, void**, int*, void**, void**) override { return ncclInternalError; }
   Status test(void* request, int* done, size_t* sizes) override {
     Request& r = *static_cast<Request*>(request);
     // A comm completes its requests in order, as real engines do.
@@ -69,9 +58,6 @@ class FakeEngine final : public net::NetEngine {
     }
     return ncclSuccess;
   }
-  Status closeSend(void*) override { return ncclSuccess; }
-  Status closeRecv(void*) override { return ncclSuccess; }
-  Status closeListen(void*) override { return ncclSuccess; }
 
  private:
   struct Request {

@@ -36,14 +36,6 @@ class ScriptedEngine final : public NullNetEngine {
   std::map<std::string, int> calls;
 
   const char* name() const override { return "Scripted"; }
-  Status devices(int* count) override {
-    *count = 1;
-    return ncclSuccess;
-  }
-  Status properties(int, net::NetProperties* out) override {
-    out->name = "fake0";
-    return ncclSuccess;
-  }
   Status listen(int, void* handle, void** listenComm) override {
     ++calls["listen"];
     *listenComm = newToken();
