@@ -46,6 +46,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -257,13 +258,18 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
 
     worst = 0.0
     step_times, host_times, comm_times, comm_calls = [], [], [], []
+    cpu0 = pinned = None
     with CommClock() as clock:
         for step in range(CHECK_STEPS + TIME_STEPS):
+            if step == CHECK_STEPS:
+                pinned = pin_main_thread()
+                cpu0 = thread_cpu()
             worst = max(worst, run_step(step, step_times, host_times))
             ms, calls = clock.take()
             if step >= CHECK_STEPS:
                 comm_times.append(ms)
                 comm_calls.append(calls)
+    threads = busy_threads(cpu0, thread_cpu())
     if os.environ.get("CLIENT_PROFILE_STEP") == "1":
         profile_step(lambda: run_step(CHECK_STEPS, [], []), f"{rep.tag}-{case}", rank)
     ok = worst < 2e-2
@@ -276,7 +282,10 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
     # cost, torch's own included), this rank's median; a part of host_ms.
     fields = {"step_ms": round(step_ms, 3), "host_ms": round(host_ms, 3),
               "comm_ms": round(comm_times[len(comm_times) // 2], 3),
-              "comm_calls": max(comm_calls)}
+              "comm_calls": max(comm_calls),
+              "threads": threads}
+    if pinned:
+        fields["pin_main"] = pinned
     if last:
         fields["max_rel_err"] = worst
     rep.emit(case, ok, **fields)
@@ -293,7 +302,7 @@ def profile_step(step, name: str, rank: int):
         torch.cuda.synchronize()
     for key in ("self_cpu_time_total", "self_device_time_total"):
         try:
-            table = prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=60)
+            table = prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60)
         except (AttributeError, KeyError, RuntimeError) as e:  # older names: cuda_time
             table = f"(no {key}: {e})"
         print(f"PROFILE {name} rank {rank} by {key}\n{table}", flush=True)
@@ -790,6 +799,70 @@ def gpu_cpulists() -> list:
         with open(f"/sys/bus/pci/devices/{bus.strip()[-12:].lower()}/local_cpulist") as f:
             out.append(parse_cpulist(f.read()))
     return out
+
+
+def thread_cpu() -> dict:
+    """{tid: (name, CPU seconds)} of every thread of this process, from
+    /proc (utime + stime): which threads burn the CPU of a CPU-paced step
+    (the main thread, a library's proxy or watchdog threads)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def busy_threads(before: dict, after: dict, top: int = 5) -> str:
+    """The threads that used the most CPU between two thread_cpu() calls,
+    as 'name:ms' (the main thread first), for a case's RESULT."""
+    main = threading.get_native_id()
+    used = [(after[t][1] - before.get(t, (None, 0.0))[1], t, after[t][0]) for t in after]
+    used.sort(key=lambda u: (u[1] != main, -u[0]))
+    return " ".join(f"{'main' if t == main else name}:{ms * 1000:.0f}" for ms, t, name in used[:top]
+                    if ms > 0 or t == main)
+
+
+def siblings_of(cpu: int) -> set:
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            return parse_cpulist(f.read())
+    except OSError:
+        return {cpu}
+
+
+def pin_main_thread() -> str:
+    """CLIENT_PIN_MAIN=1: the main (Python) thread alone on the first CPU of
+    the rank's slice, every other thread of the process on the rest of the
+    slice minus that CPU's hyperthread siblings. Called once the libraries'
+    threads exist (after the checked steps): a thread started later would
+    inherit the main thread's single CPU. Tells whether where the scheduler
+    puts the main thread beside the others is what makes one process's
+    steps 30% slower than another's (trap 66)."""
+    if os.environ.get("CLIENT_PIN_MAIN") != "1":
+        return ""
+    main = threading.get_native_id()
+    mine = os.sched_getaffinity(0)
+    if len(mine) == 1:
+        return f"main on {min(mine)}"  # pinned already (an earlier case)
+    cpu = min(mine)
+    others = (mine - siblings_of(cpu)) or (mine - {cpu})
+    if not others:
+        return "one cpu"
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != main:
+            try:
+                os.sched_setaffinity(int(tid), others)
+            except OSError:
+                pass
+    os.sched_setaffinity(0, {cpu})  # 0: the calling thread on Linux
+    return f"main on {cpu}, others on {len(others)}"
 
 
 def pin_near_gpu(local: int) -> str:

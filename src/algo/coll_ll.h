@@ -24,6 +24,16 @@
 // on the value it read (no store is performed speculatively), so they cannot
 // reach the receiver before the reads that head acknowledges.
 //
+// Across hosts (coll/ring_net.h): where the next rank is on another host,
+// the channel's sendSizes is set and its LL FIFO is a mirror in host memory
+// that a proxy ring hop ships from. Line flags alone cannot tell the proxy
+// when a step is complete (it does not know how many lines a step has), so
+// after each sending step the executor notes the step's line bytes in
+// sendSizes and posts sendTail = k + 1 as the FIFO protocol does (release,
+// after the step's barrier: every line store precedes it). The receiving
+// hop lands the lines in the next rank's LL FIFO with 8-byte stores, so
+// the flags there stay the readiness; no tail is posted on that side.
+//
 // Platform additions to the concept of coll_ring.h:
 //   // Every thread of the executor calls; its threads split the step's
 //   // lines (usually through llLines below). True in every thread when all
@@ -200,8 +210,8 @@ class LlPrims : public PrimOps<LlPrims<P, T, Op>, T> {
   FERRY_HD LlPrims(typename P::Ctx& ctx, const RingChannel& ch, const Op& op, uint32_t nslots,
                    uint64_t llSlotBytes)
       : ctx_(ctx),
-        ch_{ch.llRecvFifo, ch.llSendFifo, ch.llSendHead,
-            ch.llRecvHead, ch.llSendStep, ch.llRecvStep},
+        ch_{ch.llRecvFifo, ch.llSendFifo, ch.llSendHead, ch.llRecvHead,
+            ch.sendSizes,  ch.sendTail,   ch.llSendStep, ch.llRecvStep},
         op_(op),
         nslots_(nslots),
         slotLines_(llSlotBytes / kLlLineBytes),
@@ -248,18 +258,28 @@ class LlPrims : public PrimOps<LlPrims<P, T, Op>, T> {
                                      out != nullptr ? out + off : nullptr, m, final)) {
         return false;
       }
-      if (send) ++ch_.llSendStep;
+      if (send) {
+        if (ch_.sendSizes != nullptr) {  // a ring hop ships the step (see the header)
+          constexpr uint64_t kPer = kLlPayloadBytes / sizeof(T);
+          P::note(ctx_, ch_.sendSizes + ch_.llSendStep % nslots_, ceilDiv(m, kPer) * kLlLineBytes);
+          P::post(ctx_, ch_.sendTail, ch_.llSendStep + 1);
+        }
+        ++ch_.llSendStep;
+      }
       if (recv) P::postHead(ctx_, ch_.llRecvHead, ++ch_.llRecvStep);
     }
     return true;
   }
 
-  // The LL fields of the channel (registers: not the FIFO protocol's).
+  // The LL fields of the channel (registers: not the FIFO protocol's), and
+  // the FIFO protocol's sizes and tail where a ring hop carries the sends.
   struct Ends {
     char* llRecvFifo;
     char* llSendFifo;
     uint64_t* llSendHead;
     uint64_t* llRecvHead;
+    uint64_t* sendSizes;  // null unless the next rank is on another host
+    uint64_t* sendTail;
     uint64_t llSendStep;
     uint64_t llRecvStep;
   };

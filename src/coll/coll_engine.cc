@@ -196,11 +196,6 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
     net::NetEngine* engine = nullptr;
     FERRY_CHECK(netEngineFor(ctx, &engine));
     e->ringPossible_ = engine != nullptr;
-    if (e->llMaxBytes_ > 0) {
-      // LL lines carry no tail counter for the proxy to follow across hosts.
-      FERRY_INFO(kLogInit | kLogColl, "collectives: Simple protocol only (ring across hosts)");
-      e->llMaxBytes_ = 0;
-    }
   }
   if (!runtimeConnect || sameProcessPeers) {
     if (sameProcessPeers) {
@@ -222,7 +217,9 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
   const int64_t p2pLl =
       ctx.params->getInt(ferryLl ? ParamId::P2pLlMaxBytes : ParamId::P2pLlThreshold);
   const bool llExcluded = parsed && !ll;
-  // LL lines carry no tail counter for the proxy to follow across hosts.
+  // Kernel p2p's lanes across hosts carry the FIFO protocol only (the hops
+  // of the ring's LL follow a tail its kernel posts; the p2p kernel's LL
+  // posts none).
   const bool hosts = ctx.topology->nHosts > 1;
   e->p2pLlMaxBytes_ = p2pLl > 0 && !llExcluded && !hosts ? static_cast<uint64_t>(p2pLl) : 0;
   FERRY_INFO(kLogInit | kLogP2p, "kernel p2p: LL up to %llu bytes%s",

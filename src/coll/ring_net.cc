@@ -68,9 +68,9 @@ Status connectHops(const P2pSetupContext& ctx, const std::function<void*(const R
 
 }  // namespace
 
-Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, uint64_t slotBytes,
-                    const RingRegionLayout& layout, int prevRank, int nextRank, char* ownCpu,
-                    RingNet* out, char** prevBase, char** nextBase) {
+Status setupRingNet(const P2pSetupContext& ctx, bool ll, int nchannels, uint32_t nslots,
+                    uint64_t slotBytes, const RingRegionLayout& layout, int prevRank, int nextRank,
+                    char* ownCpu, RingNet* out, char** prevBase, char** nextBase) {
   const Topology& t = *ctx.topology;
   const int n = static_cast<int>(t.peers.size());
   const bool prevRemote = t.links[prevRank] == PeerLink::OtherHost;
@@ -102,7 +102,9 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
 
   // Mirrors: the next rank's channel FIFOs and flag lines (the kernel's
   // sends), the previous rank's flag lines (the kernel's acknowledgements).
-  const uint64_t fifoBytes = layout.fifoBytes;
+  // The LL part's FIFOs come before `fifos` (its own FIFO part is empty).
+  const uint64_t fifos = ll ? layout.llFifos : layout.fifos;
+  const uint64_t fifoBytes = ll ? layout.llFifoBytes : layout.fifoBytes;
   if (nextRemote) {
     const uint64_t fifosEnd = layout.fifos + static_cast<uint64_t>(nchannels) * fifoBytes;
     const uint64_t sizesBytes = static_cast<uint64_t>(nchannels) * nslots * sizeof(uint64_t);
@@ -117,26 +119,35 @@ Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots, 
     memset(out->prevMirror->ptr(), 0, layout.llFifos);
     *prevBase = static_cast<char*>(out->prevMirror->ptr());
   }
+  // Flag lines (ring_setup.h): 0 tail (LL too: its kernel posts one where
+  // a hop carries the sends, algo/coll_ll.h), 1 head, 2 LL head.
+  const int head = ll ? 2 : 1;
   for (auto& h : out->hops) {
     const int c = h->channel;
     h->nslots = nslots;
     h->slotBytes = slotBytes;
+    void* registered = nullptr;
     if (h->isSend) {
-      h->fifo = *nextBase + layout.fifos + c * fifoBytes;
+      h->fifo = *nextBase + fifos + c * fifoBytes;
       h->kernelWord = ringFlagLine(*nextBase, c, 0);  // the kernel's sendTail
-      h->proxyWord = ringFlagLine(ownCpu, c, 1);      // the kernel's sendHead
+      h->proxyWord = ringFlagLine(ownCpu, c, head);   // the kernel's sendHead
       h->sizes = out->sendSizes + static_cast<uint64_t>(c) * nslots;
+      registered = h->fifo;
     } else {
-      h->fifo = ownCpu + layout.fifos + c * fifoBytes;
-      h->kernelWord = ringFlagLine(*prevBase, c, 1);  // the kernel's recvHead
-      h->proxyWord = ringFlagLine(ownCpu, c, 0);      // the kernel's recvTail
+      h->fifo = ownCpu + fifos + c * fifoBytes;
+      h->kernelWord = ringFlagLine(*prevBase, c, head);  // the kernel's recvHead
+      // LL: lines land aside and are copied word by word (proxy/ring_hop.h);
+      // no tail, the lines' flags are the readiness.
+      h->proxyWord = ll ? nullptr : ringFlagLine(ownCpu, c, 0);  // the kernel's recvTail
+      if (ll) h->landing = std::make_unique<uint64_t[]>(fifoBytes / sizeof(uint64_t));
+      registered = ll ? static_cast<void*>(h->landing.get()) : h->fifo;
     }
-    FERRY_CHECK(h->link->regMr(h->fifo, fifoBytes, &h->mhandle));
+    FERRY_CHECK(h->link->regMr(registered, fifoBytes, &h->mhandle));
   }
   FERRY_INFO(kLogInit | kLogColl | kLogNet,
-             "collectives: ring across hosts: %s rank %d, %s rank %d, %d channel(s) each via "
+             "collectives: %s ring across hosts: %s rank %d, %s rank %d, %d channel(s) each via "
              "NET/%s (channel 0 on device %d)",
-             prevRemote ? "receives from" : "local previous", prevRank,
+             ll ? "LL" : "Simple", prevRemote ? "receives from" : "local previous", prevRank,
              nextRemote ? "sends to" : "local next", nextRank, nchannels, engine->name(),
              netDevFor(engine, t, 0));
   return ncclSuccess;

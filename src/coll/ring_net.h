@@ -67,14 +67,16 @@ struct PeerNetShape {
 [[nodiscard]] Status setupPeerNet(const P2pSetupContext& ctx, const PeerNetShape& shape,
                                   const RingRegionLayout& layout, char* ownCpu, PeerNet* out);
 
-// `ownCpu`: the CPU address of this rank's region (host memory whenever a
-// neighbour is remote). *prevBase / *nextBase: the mirrors, for the
+// `ll`: the LL part's ring (its FIFOs at layout.llFifos; the receive hops
+// land lines aside and publish no tail, proxy/ring_hop.h), else the
+// Simple part's. `ownCpu`: the CPU address of this rank's region (host
+// memory whenever a neighbour is remote). *prevBase / *nextBase: the mirrors, for the
 // channel table (left alone for a neighbour on this host). No engine for
 // the other hosts: *out stays empty and ncclSuccess (collectives then
 // refuse to run).
-[[nodiscard]] Status setupRingNet(const P2pSetupContext& ctx, int nchannels, uint32_t nslots,
-                                  uint64_t slotBytes, const RingRegionLayout& layout, int prevRank,
-                                  int nextRank, char* ownCpu, RingNet* out, char** prevBase,
-                                  char** nextBase);
+[[nodiscard]] Status setupRingNet(const P2pSetupContext& ctx, bool ll, int nchannels,
+                                  uint32_t nslots, uint64_t slotBytes,
+                                  const RingRegionLayout& layout, int prevRank, int nextRank,
+                                  char* ownCpu, RingNet* out, char** prevBase, char** nextBase);
 
 }  // namespace ferry

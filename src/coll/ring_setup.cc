@@ -518,10 +518,10 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   FERRY_CHECK(describePart(ctx, part, &res));
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];
   const int nextRank = t.ringOrder[(res.pos + 1) % n];
-  // Only Simple crosses hosts (LL lines carry no tail counter for the
-  // proxy to follow: CollEngine never runs LL across hosts).
-  const bool remoteHop = part == RingPart::Simple && (t.links[prevRank] == PeerLink::OtherHost ||
-                                                      t.links[nextRank] == PeerLink::OtherHost);
+  // Both protocols' rings cross hosts (LL: its kernel posts a tail where a
+  // hop carries its sends, algo/coll_ll.h).
+  const bool remoteHop = !peers && (t.links[prevRank] == PeerLink::OtherHost ||
+                                    t.links[nextRank] == PeerLink::OtherHost);
   // The proxy writes this rank's flags (and, from a remote previous rank,
   // its FIFO): host memory then.
   res.shm = res.shm || remoteHop || peersAcross;
@@ -558,11 +558,13 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   }
   char* prevBase = res.regions[prevRank].base;
   char* nextBase = res.regions[nextRank].base;
-  if (t.nHosts > 1 && part == RingPart::Simple) {
+  if (t.nHosts > 1) {
+    const bool ll = part == RingPart::Ll;
     res.net = std::make_unique<RingNet>();
     char* ownCpu = res.shm ? static_cast<char*>(res.own.shared->data()) : res.own.base;
-    FERRY_CHECK(setupRingNet(ctx, res.nchannels, res.nslots, res.slotBytes, layout, prevRank,
-                             nextRank, ownCpu, res.net.get(), &prevBase, &nextBase));
+    FERRY_CHECK(setupRingNet(ctx, ll, res.nchannels, res.nslots,
+                             ll ? res.llSlotBytes : res.slotBytes, layout, prevRank, nextRank,
+                             ownCpu, res.net.get(), &prevBase, &nextBase));
     if (remoteHop && res.net->hops.empty()) {
       FERRY_INFO(kLogInit, "collectives: no network engine for the ring across hosts");
       res = RingResources();

@@ -58,6 +58,18 @@ uint64_t RingHop::sendBytes(uint64_t k) const {
   return n == 0 || n > slotBytes ? slotBytes : n;
 }
 
+// LL receive: step k's lines, landed whole in `landing`, into the FIFO
+// slot. One relaxed 8-byte store per word: each word holds its own flag,
+// so the kernel accepts a word only once all of its bytes are there.
+void RingHop::landLines(uint64_t k, size_t bytes) const {
+  const uint64_t slot = (k % nslots) * slotBytes;
+  const uint64_t* from = landing.get() + slot / sizeof(uint64_t);
+  auto* to = reinterpret_cast<uint64_t*>(fifo + slot);
+  for (size_t i = 0; i < bytes / sizeof(uint64_t); ++i) {
+    std::atomic_ref<uint64_t>(to[i]).store(from[i], std::memory_order_relaxed);
+  }
+}
+
 Status RingHop::step(bool* moved) {
   if (failed) return ncclSuccess;
   NetLink& l = *link;
@@ -68,17 +80,19 @@ Status RingHop::step(bool* moved) {
     Status s = l.engine->test(requests.front(), &finished, &size);
     if (!ok(s)) return stop(s, "test");
     if (!finished) break;
-    if (!isSend && (size == 0 || size > slotBytes)) {
+    const bool lines = landing != nullptr;  // LL: whole 16-byte lines only
+    if (!isSend && (size == 0 || size > slotBytes || (lines && size % 16 != 0))) {
       failed = true;
-      FERRY_FAIL(ncclRemoteError, "NET/%s: %s: step %llu carried %zu bytes, expected 1..%llu",
+      FERRY_FAIL(ncclRemoteError, "NET/%s: %s: step %llu carried %zu bytes, expected 1..%llu%s",
                  l.engine->name(), describe().c_str(), static_cast<unsigned long long>(done), size,
-                 static_cast<unsigned long long>(slotBytes));
+                 static_cast<unsigned long long>(slotBytes), lines ? " in 16-byte LL lines" : "");
     }
     requests.pop_front();
+    if (lines) landLines(done, size);
     ++done;
     // Release: the slot's bytes (received, or taken by the engine) before
     // the count the kernel waits on.
-    storeRelease(proxyWord, done);
+    if (proxyWord != nullptr) storeRelease(proxyWord, done);
     *moved = true;
   }
   // Postings: a send once the kernel filled the slot; a receive once the
@@ -86,7 +100,8 @@ Status RingHop::step(bool* moved) {
   const uint64_t limit =
       isSend ? loadAcquire(kernelWord) : loadAcquire(kernelWord) + static_cast<uint64_t>(nslots);
   while (posted < limit && requests.size() < kMaxHopRequests) {
-    char* slot = fifo + (posted % nslots) * slotBytes;
+    char* slot = (landing != nullptr ? reinterpret_cast<char*>(landing.get()) : fifo) +
+                 (posted % nslots) * slotBytes;
     void* request = nullptr;
     Status s;
     if (isSend) {

@@ -19,7 +19,13 @@
 // the kernel drained it, and the sender's slots free as its isends finish.
 // Counters never reset (like the kernels' step counters), so the hops are
 // persistent: they work for every launch and for CUDA-graph replays alike.
-// Only the Simple protocol crosses hosts (LL lines carry no tail counter).
+// The LL protocol crosses hosts too (algo/coll_ll.h): its sending kernel
+// notes each step's line bytes and posts a tail like the FIFO protocol's,
+// so the send hop is the same; a receive hop lands the lines in `landing`
+// and copies them into the FIFO slot with one 8-byte store per word, so
+// that the kernel, which polls each word's flag, never sees a torn word (a
+// network engine's receive may write a word's bytes in any order). It
+// publishes no tail (`proxyWord` null): the flags are the readiness.
 //
 // Memory ordering: kernelWord is read with acquire (the kernel's post is a
 // release after its slot stores/loads); proxyWord is written with release
@@ -44,12 +50,16 @@ struct RingHop {
   bool isSend = false;
   int peer = -1;     // the rank on the other host
   int channel = -1;  // ring channel
+  // LL receive: nslots x slotBytes where the engine lands the lines (the
+  // registered buffer); null otherwise. Freed after the link (declared
+  // before it), whose engine connection may still write into it.
+  std::unique_ptr<uint64_t[]> landing;
   std::unique_ptr<NetLink> link;
   void* mhandle = nullptr;  // the FIFO's registration with the engine
   char* fifo = nullptr;     // CPU address of the channel's FIFO (mirror or own)
   uint64_t slotBytes = 0;
   uint32_t nslots = 0;
-  uint64_t* proxyWord = nullptr;         // send: sendHead; receive: recvTail
+  uint64_t* proxyWord = nullptr;         // send: sendHead; receive: recvTail (LL: null)
   const uint64_t* kernelWord = nullptr;  // send: filled tail; receive: drained head
   // Send: the bytes the kernel put in each slot (by step % nslots, written
   // before its tail); null: ship whole slots.
@@ -70,6 +80,7 @@ struct RingHop {
  private:
   [[nodiscard]] Status stop(Status s, const char* what);
   uint64_t sendBytes(uint64_t k) const;
+  void landLines(uint64_t k, size_t bytes) const;
 };
 
 }  // namespace ferry
