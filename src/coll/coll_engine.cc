@@ -196,6 +196,23 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
     net::NetEngine* engine = nullptr;
     FERRY_CHECK(netEngineFor(ctx, &engine));
     e->ringPossible_ = engine != nullptr;
+    // LL crosses hosts (coll/ring_net.h) but loses there to Simple at every
+    // size measured (2x H200 as two emulated hosts, session 30: all-reduce
+    // 64 KiB 264-272 vs 68-76 us, 1 MiB 1478-1504 vs 490-627): the proxy
+    // round trip per step is paid either way, and LL doubles the bytes and
+    // the messages. Unless NCCL_PROTO leaves only LL, it is used across
+    // hosts up to FERRY_COLL_NET_LL_MAX_BYTES (default 0: never).
+    if (e->llMaxBytes_ != UINT64_MAX) {
+      const int64_t netLl = ctx.params->getInt(ParamId::CollNetLlMaxBytes);
+      const uint64_t cap = netLl > 0 ? static_cast<uint64_t>(netLl) : 0;
+      if (e->llMaxBytes_ > cap) {
+        e->llMaxBytes_ = cap;
+        FERRY_INFO(kLogInit | kLogColl,
+                   "collectives: ring across hosts: LL up to %llu bytes, Simple above "
+                   "(FERRY_COLL_NET_LL_MAX_BYTES)",
+                   static_cast<unsigned long long>(cap));
+      }
+    }
   }
   if (!runtimeConnect || sameProcessPeers) {
     if (sameProcessPeers) {

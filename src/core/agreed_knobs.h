@@ -40,6 +40,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollSlotBytes,
     ParamId::CollLlSlotBytes,
     ParamId::CollLlMaxBytes,
+    ParamId::CollNetLlMaxBytes,
     ParamId::CollLlChannelBytes,
     ParamId::NetChunkBytes,
     ParamId::NetLinks,

@@ -177,6 +177,10 @@
   X(CollLlMaxBytes, "FERRY_COLL_LL_MAX_BYTES", Int, "1M",                                        \
     "Collectives of at most this many bytes (all ranks' data for all-gather/reduce-scatter) use " \
     "the LL protocol (flag in every line, no fences), larger ones the FIFO protocol. 0: never.")  \
+  X(CollNetLlMaxBytes, "FERRY_COLL_NET_LL_MAX_BYTES", Int, "0",                                  \
+    "On a communicator spanning hosts: collectives of at most this many bytes use the LL "       \
+    "protocol there too (the receiving proxy copies its lines word by word); 0: Simple only "     \
+    "(faster across hosts at every size on 2x H200, session 30). NCCL_PROTO=LL forces LL.")      \
   X(CollLlChannelBytes, "FERRY_COLL_LL_CHANNEL_BYTES", Int, "4K",                                 \
     "An LL collective takes one channel per this many bytes (at least 1, at most all).")          \
   X(RuntimeConnect, "NCCL_RUNTIME_CONNECT", Int, "1",                                             \

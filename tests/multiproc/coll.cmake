@@ -92,14 +92,17 @@ ferry_coll_hosts_test(coll.hosts.matrix.4x2 8 4 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.2x1 2 2 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
   "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=3")
-# Both protocols cross hosts: every size through LL with its smallest FIFO
-# (2 slots of 1 KiB: constant wraparound of the lines across the network)
-# over an odd number of channels; every size through Simple (small ones
-# take LL by default); an abort while an LL collective waits across hosts.
+# Both protocols cross hosts (Simple only by default there): every size
+# through LL with its smallest FIFO (2 slots of 1 KiB: constant wraparound
+# of the lines across the network) over an odd number of channels; LL
+# forced by NCCL_PROTO; both protocols in one run of mixed groups; an abort
+# while an LL collective waits across hosts.
 ferry_coll_hosts_test(coll.hosts.matrix.ll.2x2 4 2 matrix_quick
-  "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_LL_SLOT_BYTES=1K;FERRY_COLL_SLOTS=2;FERRY_COLL_CHANNELS=3;FERRY_COLL_LL_CHANNEL_BYTES=1K")
-ferry_coll_hosts_test(coll.hosts.matrix.simple.2x1 2 2 matrix_quick FERRY_COLL_LL_MAX_BYTES=0)
-ferry_coll_hosts_test(coll.hosts.abort.ll.2x2 4 2 abort FERRY_COLL_LL_MAX_BYTES=1G)
+  "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_NET_LL_MAX_BYTES=1G;FERRY_COLL_LL_SLOT_BYTES=1K;FERRY_COLL_SLOTS=2;FERRY_COLL_CHANNELS=3;FERRY_COLL_LL_CHANNEL_BYTES=1K")
+ferry_coll_hosts_test(coll.hosts.matrix.proto_ll.2x1 2 2 matrix_quick NCCL_PROTO=LL)
+ferry_coll_hosts_test(coll.hosts.mixed.ll.2x1 2 2 mixed FERRY_COLL_NET_LL_MAX_BYTES=16K)
+ferry_coll_hosts_test(coll.hosts.abort.ll.2x2 4 2 abort
+  "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_NET_LL_MAX_BYTES=1G")
 ferry_coll_hosts_test(coll.hosts.mixed.2x2 4 2 mixed)
 # Ring hops stepped by a proxy that naps on every idle pass (no spin window).
 ferry_coll_hosts_test(coll.hosts.mixed.nospin.2x1 2 2 mixed FERRY_PROXY_SPIN_US=0)

@@ -29,7 +29,7 @@ set_tests_properties(api.wincoll.bcastonly.n2 PROPERTIES ENVIRONMENT FERRY_WIN_C
 # A bad FERRY_WIN_COLL_OPS fails init on every rank with a clear error.
 ferry_memory_test(api.wincoll.badops.n2 2 badknob)
 set_tests_properties(api.wincoll.badops.n2 PROPERTIES ENVIRONMENT FERRY_WIN_COLL_OPS=broadcast,reduce)
-# Two emulated hosts: no kernel p2p (init holds nothing); LL and Simple rings.
+# Two emulated hosts: no kernel p2p (init holds nothing), Simple only (the default there).
 add_test(NAME api.many_comms.hosts.2x2
   COMMAND $<TARGET_FILE:ferry-run> -n 4 --hosts 2 --runtime host --timeout 200
           $<TARGET_FILE:mp_memory> many 8)

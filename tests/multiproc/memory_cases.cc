@@ -165,12 +165,12 @@ void caseMany(const Ctx& ctx) {
       (i % 4 == 1 ? llOnly : both) = h.bytes;
     }
   }
-  // Across hosts there is no kernel p2p by default (nothing held for it);
-  // small collectives there use the LL ring too, as on one host.
+  // Across hosts there is no kernel p2p by default (nothing held for it)
+  // and no LL (FERRY_COLL_NET_LL_MAX_BYTES=0: small collectives use Simple).
   const bool oneHost = eager ? first.bytes > 0 : p2pOnly > 0;
-  EXPECT_TRUE(eager || count < 4 || (p2pOnly < llOnly && llOnly < both),
-              "held: p2p-only %llu, LL collectives %llu, both protocols %llu bytes", p2pOnly,
-              llOnly, both);
+  EXPECT_TRUE(
+      eager || count < 4 || (p2pOnly < llOnly && (oneHost ? llOnly < both : llOnly == both)),
+      "held: p2p-only %llu, LL collectives %llu, both protocols %llu bytes", p2pOnly, llOnly, both);
   if (!eager && oneHost) {
     // Per peer: comm 0 connected to its ring neighbours (1 peer for 2
     // ranks, 2 for more); a message to itself adds one connection of the
