@@ -17,7 +17,10 @@ losses and the gradients of the last-stage rank's stages are checked against
 the same model on one GPU, then step time, host time and comm_ms: the
 step's CPU inside dist.batch_isend_irecv; a schedule listed twice runs again
 in the same process as pipe.<Schedule>~2; CLIENT_PROFILE_STEP=1 profiles one
-more step with torch.profiler, CLIENT_TRACE_DIR keeps its trace), fsdp2 (fully_shard, Adam; losses
+more step with torch.profiler, CLIENT_TRACE_DIR keeps its trace; CLIENT_AB_ENV
+runs it again on a second group made with extra settings, steps alternating:
+pipe.<Schedule>+B with b_over_a; each result lists the threads that used
+the most CPU), fsdp2 (fully_shard, Adam; losses
 and the gathered parameters checked against a one-GPU model), ddp (gradients
 checked), a2a (uneven all_to_all_single, MoE-dispatch sized, new tensors
 every iteration, compared exactly), batch (batch_isend_irecv ring, exact),
@@ -208,30 +211,31 @@ class CommClock:
         return out
 
 
-def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int, case=None):
-    from torch.distributed import pipelining as pp
+class PipeRun:
+    """One schedule on one process group (None: the default one): this
+    rank's stages, their optimizer, and on the last stage's rank the same
+    model on one GPU, its reference."""
 
-    case = case or f"pipe.{name}"
-    cls = getattr(pp, "Schedule" + name, None)
-    if cls is None:
-        rep.emit(case, None, skip=f"torch {torch.__version__} has no Schedule{name}")
-        return
-    nstages, mine = stages_of(name, rank, world)
-    mods = {s: stage_module(s, seed) for s in range(nstages)}
-    stages = [pp.PipelineStage(copy.deepcopy(mods[s]).to(device), s, nstages, device) for s in mine]
-    sched = cls(stages if name not in SINGLE else stages[0], n_microbatches=N_MB, loss_fn=mse,
-                scale_grads=True)
-    params = [p for st in stages for p in st.submod.parameters()]
-    opt = torch.optim.SGD(params, lr=LR)
-    first, last = 0 in mine, nstages - 1 in mine
-    ref = ref_opt = None
-    if last:
-        ref = nn.Sequential(*[copy.deepcopy(mods[s]) for s in range(nstages)]).to(device)
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=LR)
+    def __init__(self, pp, name, rank, world, device, seed, group=None):
+        cls = getattr(pp, "Schedule" + name)
+        self.nstages, self.mine = stages_of(name, rank, world)
+        mods = {s: stage_module(s, seed) for s in range(self.nstages)}
+        self.stages = [pp.PipelineStage(copy.deepcopy(mods[s]).to(device), s, self.nstages, device,
+                                        group=group) for s in self.mine]
+        self.sched = cls(self.stages if name not in SINGLE else self.stages[0],
+                         n_microbatches=N_MB, loss_fn=mse, scale_grads=True)
+        self.opt = torch.optim.SGD([p for st in self.stages for p in st.submod.parameters()], lr=LR)
+        self.first, self.last = 0 in self.mine, self.nstages - 1 in self.mine
+        self.ref = self.ref_opt = None
+        if self.last:
+            self.ref = nn.Sequential(*[copy.deepcopy(mods[s]) for s in range(self.nstages)]).to(device)
+            self.ref_opt = torch.optim.SGD(self.ref.parameters(), lr=LR)
+        self.step_times, self.host_times, self.comm_times, self.comm_calls = [], [], [], []
 
-    def run_step(step, step_times, host_times):
-        """One schedule step (timed after CHECK_STEPS into the lists given;
-        checked before): the worst relative error of its check, else 0."""
+    def step(self, case, rank, seed, step, device, timed=True):
+        """One schedule step: checked against the reference while step <
+        CHECK_STEPS (returns the worst relative error, else 0), timed after
+        (into this run's lists, unless timed=False)."""
         worst = 0.0
         if step >= CHECK_STEPS:  # each timed step alone: its median is robust to one slow step
             torch.cuda.synchronize()
@@ -239,56 +243,114 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
             t0 = time.perf_counter()
         x, y = pipe_batch(seed, step, device)
         losses = []
-        args = (x,) if first else ()
-        kwargs = {"target": y, "losses": losses} if last else {}
-        opt.zero_grad(set_to_none=True)
-        out = sched.step(*args, **kwargs)
-        if step < CHECK_STEPS and last:
-            worst = check_pipe_step(case, rank, mine, stages, ref, x, y, out, losses)
-            ref_opt.step()
-        opt.step()
-        if step >= CHECK_STEPS:
+        args = (x,) if self.first else ()
+        kwargs = {"target": y, "losses": losses} if self.last else {}
+        self.opt.zero_grad(set_to_none=True)
+        out = self.sched.step(*args, **kwargs)
+        if step < CHECK_STEPS and self.last:
+            worst = check_pipe_step(case, rank, self.mine, self.stages, self.ref, x, y, out, losses)
+            self.ref_opt.step()
+        self.opt.step()
+        if step >= CHECK_STEPS and timed:
             # host_ms: the step's Python and library calls on the CPU. Close
             # to step_ms means the CPU, not the GPU, sets the pace, and a
             # library's CPU cost per call shows in the step time.
-            host_times.append((time.perf_counter() - t0) * 1000)
+            self.host_times.append((time.perf_counter() - t0) * 1000)
             torch.cuda.synchronize()
-            step_times.append((time.perf_counter() - t0) * 1000)
+            self.step_times.append((time.perf_counter() - t0) * 1000)
         return worst
 
-    worst = 0.0
-    step_times, host_times, comm_times, comm_calls = [], [], [], []
-    cpu0 = pinned = None
+    def fields(self, device) -> dict:
+        """step_ms and host_ms (the slowest rank's medians), comm_ms: the
+        step's CPU inside the p2p calls (the library's enqueue cost, torch's
+        own included), this rank's median; a part of host_ms."""
+        med = lambda v: sorted(v)[len(v) // 2]
+        return {"step_ms": round(sync_max(med(self.step_times), device), 3),
+                "host_ms": round(sync_max(med(self.host_times), device), 3),
+                "comm_ms": round(med(self.comm_times), 3), "comm_calls": max(self.comm_calls)}
+
+
+class EnvWords:
+    """Sets VAR=value words in this process's environment for a block and
+    restores them after: a library reads its settings when it creates a
+    communicator (Ferry: every init and split), so a group made inside the
+    block runs with them and the default group without."""
+
+    def __init__(self, words: str):
+        self.words = dict(w.split("=", 1) for w in words.split() if "=" in w)
+        self.saved = {}
+
+    def __enter__(self):
+        for k, v in self.words.items():
+            self.saved[k] = os.environ.get(k)
+            os.environ[k] = v
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int, case=None):
+    """CLIENT_AB_ENV="VAR=value ...": the same schedule also runs on a second
+    group of the same ranks whose communicators are made with those words
+    in the environment (pipe.NAME+B), its steps alternating with the
+    default group's in this process, so that a setting's effect is
+    measured without the 30% between processes (trap 66); b_over_a is the
+    median of each B step's time over the A step before it. Under NVIDIA's
+    NCCL, Ferry's knobs change nothing: that run is the control."""
+    from torch.distributed import pipelining as pp
+
+    case = case or f"pipe.{name}"
+    if getattr(pp, "Schedule" + name, None) is None:
+        rep.emit(case, None, skip=f"torch {torch.__version__} has no Schedule{name}")
+        return
+    ab = os.environ.get("CLIENT_AB_ENV", "").strip()
+    runs = [(case, PipeRun(pp, name, rank, world, device, seed))]
+    worst = {case: 0.0}
+    threads = None
     with CommClock() as clock:
-        for step in range(CHECK_STEPS + TIME_STEPS):
-            if step == CHECK_STEPS:
-                pinned = pin_main_thread()
-                cpu0 = thread_cpu()
-            worst = max(worst, run_step(step, step_times, host_times))
-            ms, calls = clock.take()
-            if step >= CHECK_STEPS:
-                comm_times.append(ms)
-                comm_calls.append(calls)
-    threads = busy_threads(cpu0, thread_cpu())
+        # Checked steps first, each run's on its own: a group's communicators
+        # may be made by its first p2p call, so B's run inside the words.
+        for step in range(CHECK_STEPS):
+            worst[case] = max(worst[case], runs[0][1].step(case, rank, seed, step, device))
+        if ab:
+            with EnvWords(ab):
+                group = dist.new_group(list(range(world)))
+                runs.append((case + "+B", PipeRun(pp, name, rank, world, device, seed, group=group)))
+                worst[case + "+B"] = 0.0
+                for step in range(CHECK_STEPS):
+                    worst[case + "+B"] = max(worst[case + "+B"],
+                                             runs[1][1].step(case, rank, seed, step, device))
+        clock.take()
+        pinned = pin_main_thread()
+        cpu0 = thread_cpu()
+        for step in range(CHECK_STEPS, CHECK_STEPS + TIME_STEPS):
+            for _, run in runs:  # A, B, A, B, ...: each B step beside the A step before it
+                run.step(case, rank, seed, step, device)
+                ms, calls = clock.take()
+                run.comm_times.append(ms)
+                run.comm_calls.append(calls)
+        threads = busy_threads(cpu0, thread_cpu())
     if os.environ.get("CLIENT_PROFILE_STEP") == "1":
-        profile_step(lambda: run_step(CHECK_STEPS, [], []), f"{rep.tag}-{case}", rank)
-    ok = worst < 2e-2
-    step_times.sort()
-    host_times.sort()
-    comm_times.sort()
-    step_ms = sync_max(step_times[len(step_times) // 2], device)
-    host_ms = sync_max(host_times[len(host_times) // 2], device)
-    # comm_ms: the step's CPU inside the p2p calls (the library's enqueue
-    # cost, torch's own included), this rank's median; a part of host_ms.
-    fields = {"step_ms": round(step_ms, 3), "host_ms": round(host_ms, 3),
-              "comm_ms": round(comm_times[len(comm_times) // 2], 3),
-              "comm_calls": max(comm_calls),
-              "threads": threads}
-    if pinned:
-        fields["pin_main"] = pinned
-    if last:
-        fields["max_rel_err"] = worst
-    rep.emit(case, ok, **fields)
+        profile_step(lambda: runs[0][1].step(case, rank, seed, CHECK_STEPS, device, timed=False),
+                     f"{rep.tag}-{case}", rank)
+    for label, run in runs:
+        fields = run.fields(device)
+        fields["threads"] = threads
+        if pinned:
+            fields["pin_main"] = pinned
+        if label != case:
+            a, b = runs[0][1].step_times, run.step_times
+            ratios = sorted(y / x for x, y in zip(a, b))
+            fields["b_over_a"] = round(sync_max(ratios[len(ratios) // 2], device), 4)
+            fields["ab_env"] = ab
+        if run.last:
+            fields["max_rel_err"] = worst[label]
+        rep.emit(label, worst[label] < 2e-2, **fields)
 
 
 def profile_step(step, name: str, rank: int):
@@ -918,7 +980,7 @@ def main():
     if a.expect != "any" and lib != a.expect:
         rep.emit("library", False, error=f"expected {a.expect}, loaded {lib}")
         sys.exit(1)
-    cases = []
+    cases, extra = [], []
     for c in a.cases.split(","):
         if c == "pipe":
             # A schedule listed again runs again in this process as
@@ -930,6 +992,8 @@ def main():
                 name = f"pipe.{s}" + (f"~{seen[s]}" if seen[s] > 1 else "")
                 cases.append((name, lambda s=s, name=name: case_pipe(rep, s, rank, world, device,
                                                                    a.seed, case=name)))
+                if os.environ.get("CLIENT_AB_ENV", "").strip():
+                    extra.append(name + "+B")  # reported by the same case
         else:
             fn = globals()["case_" + c]
             cases.append((c, lambda fn=fn: fn(rep, rank, world, device, a.seed)))
@@ -937,7 +1001,7 @@ def main():
     # planned case without one, and leaves the others out).
     rep.emit("library", True, nccl_version=".".join(map(str, torch.cuda.nccl.version())),
              torch=torch.__version__, loading=os.environ.get("CUDA_MODULE_LOADING", "(torch default)"),
-             seed=a.seed, cpus=pinned, planned=[name for name, _ in cases])
+             seed=a.seed, cpus=pinned, planned=[name for name, _ in cases] + extra)
     for name, run in cases:
         print(f"CASE {name} start (rank {rank})", flush=True)
         faulthandler.dump_traceback_later(a.case_timeout, exit=True)

@@ -53,7 +53,7 @@ def verdict(recs, ranks):
     return "ok"
 
 
-METRICS = ["step_ms", "median_ms", "host_ms", "comm_ms", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
+METRICS = ["step_ms", "median_ms", "host_ms", "comm_ms", "b_over_a", "ms_4096B", "ms_1048576B", "ms_16777216B", "ms_268435456B",
            "host_ms_4096B", "host_ms_1048576B", "host_ms_16777216B", "host_ms_268435456B",
            "synced_ms_4096B", "synced_ms_1048576B",
            "busbw_max", "wrong", "setup_s", "held_mib", "mib_per_group",

@@ -1,0 +1,153 @@
+"""Checks the process-level helpers of scripts/real_clients/clients.py that
+device runs rely on but that need no GPU: EnvWords (the within-process A/B
+of CLIENT_AB_ENV: a setting must reach the second group's communicators
+and nothing after), thread_cpu/busy_threads (which threads burn a step's
+CPU) and pin_main_thread's off switch. clients.py imports torch at module
+level; a stub package stands in for it here (no attribute of it is used by
+these helpers). Exits non-zero on the first mismatch."""
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+stub = tempfile.mkdtemp(prefix="fake-torch-")
+os.makedirs(os.path.join(stub, "torch", "distributed"))
+with open(os.path.join(stub, "torch", "__init__.py"), "w") as f:
+    f.write("def __getattr__(name):\n    return object()\n")
+with open(os.path.join(stub, "torch", "nn.py"), "w") as f:
+    f.write("class Module:\n    pass\ndef __getattr__(name):\n    return object\n")
+with open(os.path.join(stub, "torch", "distributed", "__init__.py"), "w") as f:
+    f.write("def __getattr__(name):\n    return object()\n")
+with open(os.path.join(stub, "torch", "distributed", "distributed_c10d.py"), "w") as f:
+    f.write("def __getattr__(name):\n    return object()\n")
+# torch.distributed.pipelining: stages and a schedule that log what they do
+# (which group, which step, the environment a group was made in).
+with open(os.path.join(stub, "torch", "distributed", "pipelining.py"), "w") as f:
+    f.write("""
+log = []
+class PipelineStage:
+    def __init__(self, mod, index, nstages, device, group=None):
+        self.submod, self.group = mod, group
+class ScheduleGPipe:
+    def __init__(self, stage, n_microbatches, loss_fn, scale_grads):
+        self.stage = stage
+    def step(self, *args, **kwargs):
+        log.append(("step", self.stage.group))
+""")
+sys.path[:0] = [stub, os.path.join(here, "..", "..", "scripts", "real_clients")]
+import clients  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL", what)
+
+
+# EnvWords: set inside, restored after (an unset variable unset again, a
+# set one back to its value), words without '=' ignored.
+tag = "%08x" % random.getrandbits(32)
+unset_var, set_var = f"FERRY_TEST_UNSET_{tag}", f"FERRY_TEST_SET_{tag}"
+os.environ[set_var] = "before"
+with clients.EnvWords(f"{unset_var}=1 {set_var}=after junk"):
+    check(os.environ.get(unset_var) == "1", "EnvWords sets an unset variable")
+    check(os.environ.get(set_var) == "after", "EnvWords overrides a set variable")
+    check("junk" not in os.environ, "EnvWords ignores a word without '='")
+check(unset_var not in os.environ, "EnvWords unsets what was unset")
+check(os.environ.get(set_var) == "before", "EnvWords restores a previous value")
+# Values may contain '=' (FERRY_TEST_RANK_ENV-like words).
+with clients.EnvWords(f"{unset_var}=a=b"):
+    check(os.environ.get(unset_var) == "a=b", "EnvWords keeps '=' inside a value")
+check(unset_var not in os.environ, "EnvWords unsets it again")
+
+# busy_threads: a thread that spins between two snapshots is listed with
+# its CPU; the main thread comes first even when it used less.
+stop = threading.Event()
+
+
+def spin():
+    while not stop.is_set():
+        pass
+
+
+spinner = threading.Thread(target=spin, name="spinner")
+before = clients.thread_cpu()
+spinner.start()
+time.sleep(0.3)
+after = clients.thread_cpu()
+stop.set()
+spinner.join()
+line = clients.busy_threads(before, after)
+words = line.split()
+check(words and words[0].startswith("main:"), f"main thread first: {line!r}")
+# (The OS name of a Python thread is the process's unless set: any other
+# thread with the spinner's CPU counts.)
+spun = [int(w.rsplit(":", 1)[1]) for w in words[1:]]
+check(spun and max(spun) >= 50, f"the spinning thread is listed with >= 50 ms: {line!r}")
+
+# pin_main_thread: off unless CLIENT_PIN_MAIN=1, and then it changes nothing.
+os.environ.pop("CLIENT_PIN_MAIN", None)
+mask = os.sched_getaffinity(0)
+check(clients.pin_main_thread() == "", "pin_main_thread is off by default")
+check(os.sched_getaffinity(0) == mask, "pin_main_thread off leaves the affinity alone")
+
+# case_pipe with CLIENT_AB_ENV: group B is made inside the words (and the
+# environment restored after), the checked steps run per group, the timed
+# steps alternate A, B, A, B, and both cases are reported, B with its
+# b_over_a and the words.
+from types import SimpleNamespace  # noqa: E402
+import torch.distributed.pipelining as pp  # noqa: E402
+
+
+class FakeModule:
+    def to(self, *args, **kwargs):
+        return self
+
+    def parameters(self):
+        return []
+
+
+groups = []
+
+
+def new_group(ranks):
+    groups.append((tuple(ranks), os.environ.get(unset_var)))
+    return f"group{len(groups)}"
+
+
+emitted = []
+clients.torch.cuda = SimpleNamespace(synchronize=lambda: None)
+clients.torch.optim = SimpleNamespace(SGD=lambda params, lr: SimpleNamespace(
+    zero_grad=lambda set_to_none=True: None, step=lambda: None))
+clients.dist.barrier = lambda: None
+clients.dist.new_group = new_group
+clients.stage_module = lambda index, seed: FakeModule()
+clients.pipe_batch = lambda seed, step, device: (None, None)
+clients.sync_max = lambda value, device: value
+clients.check_pipe_step = lambda *args: 0.0
+clients.nn.Sequential = lambda *mods: FakeModule()
+rep = SimpleNamespace(tag="t", emit=lambda case, ok, **f: emitted.append((case, ok, f)))
+os.environ["CLIENT_AB_ENV"] = f"{unset_var}=on"
+clients.case_pipe(rep, "GPipe", 0, 2, "cpu", 1)
+del os.environ["CLIENT_AB_ENV"]
+check(groups == [((0, 1), "on")], f"group B made once, inside the words: {groups}")
+check(unset_var not in os.environ, "the words are gone after the case")
+order = [g for _, g in pp.log]
+n_check, n_time = clients.CHECK_STEPS, clients.TIME_STEPS
+want = [None] * n_check + ["group1"] * n_check + [None, "group1"] * n_time
+check(order == want, f"steps: checked per group, then alternating: {order}")
+check([e[0] for e in emitted] == ["pipe.GPipe", "pipe.GPipe+B"], f"cases reported: {emitted}")
+b = emitted[-1][2] if emitted else {}
+check(emitted and all(e[1] for e in emitted), "both cases ok")
+check(b.get("ab_env") == f"{unset_var}=on" and b.get("b_over_a", 0) > 0,
+      f"B carries its words and b_over_a: {b}")
+check(all(e[2].get("comm_calls") == 0 for e in emitted), "comm_calls counted per case")
+
+if failures:
+    sys.exit(f"{len(failures)} check(s) failed")
+print("clients helpers: all checks passed")
