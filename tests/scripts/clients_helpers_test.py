@@ -1,10 +1,11 @@
-"""Checks the process-level helpers of scripts/real_clients/clients.py that
-device runs rely on but that need no GPU: EnvWords (the within-process A/B
-of CLIENT_AB_ENV: a setting must reach the second group's communicators
-and nothing after), thread_cpu/busy_threads (which threads burn a step's
-CPU) and pin_main_thread's off switch. clients.py imports torch at module
-level; a stub package stands in for it here (no attribute of it is used by
-these helpers). Exits non-zero on the first mismatch."""
+"""Checks what of the real-client suite device runs rely on but needs no
+GPU: procutil.py's EnvWords (the within-process A/B of CLIENT_AB_ENV: a
+setting must reach the second group's communicators and nothing after),
+thread_cpu/busy_threads (which threads burn a step's CPU) and
+pin_main_thread's off switch; and clients.py's pipe case with
+CLIENT_AB_ENV, its control flow only, over a stub torch package (stages
+and a schedule that log what they are asked). Exits non-zero after
+listing every mismatch."""
 import os
 import random
 import sys
@@ -39,6 +40,7 @@ class ScheduleGPipe:
 """)
 sys.path[:0] = [stub, os.path.join(here, "..", "..", "scripts", "real_clients")]
 import clients  # noqa: E402
+import procutil  # noqa: E402
 
 failures = []
 
@@ -54,14 +56,14 @@ def check(cond, what):
 tag = "%08x" % random.getrandbits(32)
 unset_var, set_var = f"FERRY_TEST_UNSET_{tag}", f"FERRY_TEST_SET_{tag}"
 os.environ[set_var] = "before"
-with clients.EnvWords(f"{unset_var}=1 {set_var}=after junk"):
+with procutil.EnvWords(f"{unset_var}=1 {set_var}=after junk"):
     check(os.environ.get(unset_var) == "1", "EnvWords sets an unset variable")
     check(os.environ.get(set_var) == "after", "EnvWords overrides a set variable")
     check("junk" not in os.environ, "EnvWords ignores a word without '='")
 check(unset_var not in os.environ, "EnvWords unsets what was unset")
 check(os.environ.get(set_var) == "before", "EnvWords restores a previous value")
 # Values may contain '=' (FERRY_TEST_RANK_ENV-like words).
-with clients.EnvWords(f"{unset_var}=a=b"):
+with procutil.EnvWords(f"{unset_var}=a=b"):
     check(os.environ.get(unset_var) == "a=b", "EnvWords keeps '=' inside a value")
 check(unset_var not in os.environ, "EnvWords unsets it again")
 
@@ -76,13 +78,13 @@ def spin():
 
 
 spinner = threading.Thread(target=spin, name="spinner")
-before = clients.thread_cpu()
+before = procutil.thread_cpu()
 spinner.start()
 time.sleep(0.3)
-after = clients.thread_cpu()
+after = procutil.thread_cpu()
 stop.set()
 spinner.join()
-line = clients.busy_threads(before, after)
+line = procutil.busy_threads(before, after)
 words = line.split()
 check(words and words[0].startswith("main:"), f"main thread first: {line!r}")
 # (The OS name of a Python thread is the process's unless set: any other
@@ -93,7 +95,7 @@ check(spun and max(spun) >= 50, f"the spinning thread is listed with >= 50 ms: {
 # pin_main_thread: off unless CLIENT_PIN_MAIN=1, and then it changes nothing.
 os.environ.pop("CLIENT_PIN_MAIN", None)
 mask = os.sched_getaffinity(0)
-check(clients.pin_main_thread() == "", "pin_main_thread is off by default")
+check(procutil.pin_main_thread() == "", "pin_main_thread is off by default")
 check(os.sched_getaffinity(0) == mask, "pin_main_thread off leaves the affinity alone")
 
 # case_pipe with CLIENT_AB_ENV: group B is made inside the words (and the
