@@ -35,11 +35,13 @@
 # the same process: pipe.NAME~2); CLIENT_PROFILE_STEP=1: one more step of each
 # under torch.profiler, its top CPU ops and GPU work printed in the log
 # ("PROFILE"), the Chrome trace kept where CLIENT_TRACE_DIR says;
-# CLIENT_AB_ENV="VAR=value ...": each schedule also runs on a second group
-# made with those words in the environment (pipe.NAME+B), steps alternating
-# with the default group's in one process; b_over_a is the median ratio of
-# a B step to the A step before it (a Ferry knob's effect without the
-# spread between processes, trap 66; NCCL's run is the control).
+# CLIENT_AB_ENV="VAR=value ...[; VAR=value ...]": each schedule also runs
+# on one more group per ';'-separated variant, made with those words in the
+# environment (pipe.NAME+B, +C, ...), steps interleaved with the default
+# group's in one process (order rotating); b_over_a is the median ratio of
+# a variant's step to the default group's step of the same round (a Ferry
+# knob's effect without the spread between processes, trap 66; NCCL's run
+# is the control).
 # CLIENT_PIN_MAIN=1: the main thread alone on one CPU of the rank's slice
 # (session 30: it did not narrow the spread).
 # paired: $PAIRED ("modeA:modeB ...") side by side on a 4-GPU machine, GPUs

@@ -18,8 +18,8 @@ the same model on one GPU, then step time, host time and comm_ms: the
 step's CPU inside dist.batch_isend_irecv; a schedule listed twice runs again
 in the same process as pipe.<Schedule>~2; CLIENT_PROFILE_STEP=1 profiles one
 more step with torch.profiler, CLIENT_TRACE_DIR keeps its trace; CLIENT_AB_ENV
-runs it again on a second group made with extra settings, steps alternating:
-pipe.<Schedule>+B with b_over_a; each result lists the threads that used
+runs it again on one more group per ';'-separated variant of extra
+settings, steps interleaved: pipe.<Schedule>+B, +C, ... with b_over_a; each result lists the threads that used
 the most CPU), fsdp2 (fully_shard, Adam; losses
 and the gathered parameters checked against a one-GPU model), ddp (gradients
 checked), a2a (uneven all_to_all_single, MoE-dispatch sized, new tensors
@@ -270,60 +270,68 @@ class PipeRun:
                 "comm_ms": round(med(self.comm_times), 3), "comm_calls": max(self.comm_calls)}
 
 
+def ab_variants() -> list:
+    """CLIENT_AB_ENV's variants: ';'-separated groups of VAR=value words,
+    labelled B, C, D, ... (at most 8)."""
+    groups = [g.strip() for g in os.environ.get("CLIENT_AB_ENV", "").split(";") if g.strip()]
+    return [(chr(ord("B") + k), words) for k, words in enumerate(groups[:8])]
+
+
 def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int, case=None):
-    """CLIENT_AB_ENV="VAR=value ...": the same schedule also runs on a second
-    group of the same ranks whose communicators are made with those words
-    in the environment (pipe.NAME+B), its steps alternating with the
-    default group's in this process, so that a setting's effect is
-    measured without the 30% between processes (trap 66); b_over_a is the
-    median of each B step's time over the A step before it. Under NVIDIA's
-    NCCL, Ferry's knobs change nothing: that run is the control."""
+    """CLIENT_AB_ENV="VAR=value ...[; VAR=value ...]": the same schedule also
+    runs on one more group of the same ranks per ';'-separated variant,
+    whose communicators are made with those words in the environment
+    (pipe.NAME+B, +C, ...), their steps interleaved with the default
+    group's in this process (the order rotating every step, so that no
+    variant always goes first), so that a setting's effect is measured
+    without the 30% between processes (trap 66); b_over_a is the median
+    of each variant step's time over the default group's step of the same
+    round. Under NVIDIA's NCCL, Ferry's knobs change nothing: that run is
+    the control (the interleaving's own noise)."""
     from torch.distributed import pipelining as pp
 
     case = case or f"pipe.{name}"
     if getattr(pp, "Schedule" + name, None) is None:
         rep.emit(case, None, skip=f"torch {torch.__version__} has no Schedule{name}")
         return
-    ab = os.environ.get("CLIENT_AB_ENV", "").strip()
-    runs = [(case, PipeRun(pp, name, rank, world, device, seed))]
+    runs = [(case, "", PipeRun(pp, name, rank, world, device, seed))]
     worst = {case: 0.0}
-    threads = None
     with CommClock() as clock:
         # Checked steps first, each run's on its own: a group's communicators
-        # may be made by its first p2p call, so B's run inside the words.
+        # may be made by its first p2p call, so a variant's run inside its words.
         for step in range(CHECK_STEPS):
-            worst[case] = max(worst[case], runs[0][1].step(case, rank, seed, step, device))
-        if ab:
-            with EnvWords(ab):
+            worst[case] = max(worst[case], runs[0][2].step(case, rank, seed, step, device))
+        for letter, words in ab_variants():
+            label = f"{case}+{letter}"
+            with EnvWords(words):
                 group = dist.new_group(list(range(world)))
-                runs.append((case + "+B", PipeRun(pp, name, rank, world, device, seed, group=group)))
-                worst[case + "+B"] = 0.0
+                runs.append((label, words, PipeRun(pp, name, rank, world, device, seed, group=group)))
+                worst[label] = 0.0
                 for step in range(CHECK_STEPS):
-                    worst[case + "+B"] = max(worst[case + "+B"],
-                                             runs[1][1].step(case, rank, seed, step, device))
+                    worst[label] = max(worst[label], runs[-1][2].step(case, rank, seed, step, device))
         clock.take()
         pinned = pin_main_thread()
         cpu0 = thread_cpu()
-        for step in range(CHECK_STEPS, CHECK_STEPS + TIME_STEPS):
-            for _, run in runs:  # A, B, A, B, ...: each B step beside the A step before it
+        for k, step in enumerate(range(CHECK_STEPS, CHECK_STEPS + TIME_STEPS)):
+            r = k % len(runs)
+            for _, _, run in runs[r:] + runs[:r]:
                 run.step(case, rank, seed, step, device)
                 ms, calls = clock.take()
                 run.comm_times.append(ms)
                 run.comm_calls.append(calls)
         threads = busy_threads(cpu0, thread_cpu())
     if os.environ.get("CLIENT_PROFILE_STEP") == "1":
-        profile_step(lambda: runs[0][1].step(case, rank, seed, CHECK_STEPS, device, timed=False),
+        profile_step(lambda: runs[0][2].step(case, rank, seed, CHECK_STEPS, device, timed=False),
                      f"{rep.tag}-{case}", rank)
-    for label, run in runs:
+    for label, words, run in runs:
         fields = run.fields(device)
         fields["threads"] = threads
         if pinned:
             fields["pin_main"] = pinned
-        if label != case:
-            a, b = runs[0][1].step_times, run.step_times
-            ratios = sorted(y / x for x, y in zip(a, b))
+        if words:
+            ratios = sorted(b / a for a, b in zip(runs[0][2].step_times, run.step_times))
             fields["b_over_a"] = round(sync_max(ratios[len(ratios) // 2], device), 4)
-            fields["ab_env"] = ab
+            fields["ab_env"] = words
         if run.last:
             fields["max_rel_err"] = worst[label]
         rep.emit(label, worst[label] < 2e-2, **fields)
@@ -844,8 +852,7 @@ def main():
                 name = f"pipe.{s}" + (f"~{seen[s]}" if seen[s] > 1 else "")
                 cases.append((name, lambda s=s, name=name: case_pipe(rep, s, rank, world, device,
                                                                    a.seed, case=name)))
-                if os.environ.get("CLIENT_AB_ENV", "").strip():
-                    extra.append(name + "+B")  # reported by the same case
+                extra += [f"{name}+{letter}" for letter, _ in ab_variants()]  # the same case's
         else:
             fn = globals()["case_" + c]
             cases.append((c, lambda fn=fn: fn(rep, rank, world, device, a.seed)))

@@ -134,20 +134,27 @@ clients.sync_max = lambda value, device: value
 clients.check_pipe_step = lambda *args: 0.0
 clients.nn.Sequential = lambda *mods: FakeModule()
 rep = SimpleNamespace(tag="t", emit=lambda case, ok, **f: emitted.append((case, ok, f)))
-os.environ["CLIENT_AB_ENV"] = f"{unset_var}=on"
+os.environ["CLIENT_AB_ENV"] = f"{unset_var}=on; {unset_var}=two ;"
+check([v for v, _ in clients.ab_variants()] == ["B", "C"], "two variants, the empty one dropped")
 clients.case_pipe(rep, "GPipe", 0, 2, "cpu", 1)
 del os.environ["CLIENT_AB_ENV"]
-check(groups == [((0, 1), "on")], f"group B made once, inside the words: {groups}")
+check(groups == [((0, 1), "on"), ((0, 1), "two")],
+      f"one group per variant, each made inside its words: {groups}")
 check(unset_var not in os.environ, "the words are gone after the case")
 order = [g for _, g in pp.log]
 n_check, n_time = clients.CHECK_STEPS, clients.TIME_STEPS
-want = [None] * n_check + ["group1"] * n_check + [None, "group1"] * n_time
-check(order == want, f"steps: checked per group, then alternating: {order}")
-check([e[0] for e in emitted] == ["pipe.GPipe", "pipe.GPipe+B"], f"cases reported: {emitted}")
-b = emitted[-1][2] if emitted else {}
-check(emitted and all(e[1] for e in emitted), "both cases ok")
-check(b.get("ab_env") == f"{unset_var}=on" and b.get("b_over_a", 0) > 0,
-      f"B carries its words and b_over_a: {b}")
+rounds = [[None, "group1", "group2"][k % 3:] + [None, "group1", "group2"][:k % 3]
+          for k in range(n_time)]
+want = ([None] * n_check + ["group1"] * n_check + ["group2"] * n_check +
+        [g for r in rounds for g in r])
+check(order == want, f"steps: checked per group, then interleaved, rotating: {order}")
+check([e[0] for e in emitted] == ["pipe.GPipe", "pipe.GPipe+B", "pipe.GPipe+C"],
+      f"cases reported: {emitted}")
+check(emitted and all(e[1] for e in emitted), "every case ok")
+for e, words in zip(emitted[1:], [f"{unset_var}=on", f"{unset_var}=two"]):
+    check(e[2].get("ab_env") == words and e[2].get("b_over_a", 0) > 0,
+          f"{e[0]} carries its words and b_over_a: {e[2]}")
+check("b_over_a" not in emitted[0][2], "the default group has no ratio")
 check(all(e[2].get("comm_calls") == 0 for e in emitted), "comm_calls counted per case")
 
 if failures:
