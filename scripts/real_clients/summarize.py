@@ -153,7 +153,7 @@ def planned_by(run, name):
 
 
 # The times compared across libraries: (case prefix, metric).
-FOLDED = [("pipe.", "step_ms"), ("pipe.", "comm_ms"), ("a2a", "median_ms"), ("a2a", "host_ms"), ("batch", "ms_16777216B"),
+FOLDED = [("pipe.", "step_ms"), ("pipe.", "comm_ms"), ("pipe.", "b_over_a"), ("a2a", "median_ms"), ("a2a", "host_ms"), ("batch", "ms_16777216B"),
           ("batch", "ms_268435456B"), ("batch", "host_ms_16777216B"), ("blocking", "median_ms"),
           ("fsdp2", "step_ms"), ("ddp", "step_ms"), ("overlap", "sendrecv_slowdown"),
           ("overlap", "alltoall_slowdown")]
