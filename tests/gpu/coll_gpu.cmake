@@ -25,6 +25,23 @@ ferry_gpu_coll_test(gpu.coll.abort.ll abort ENVIRONMENT FERRY_COLL_LL_MAX_BYTES=
 # lines cross PCIe (not yet run on a GPU when added, 2026-11-22).
 ferry_gpu_coll_test(gpu.coll.matrix.shm matrix_quick ENVIRONMENT NCCL_P2P_DISABLE=1)
 
+# The ring across two emulated hosts (one GPU each where there are two):
+# Simple, the default there; LL at every size (its kernel's tail post and
+# the receive hops' word-by-word landing, session 30); mixed groups with
+# both protocols.
+function(ferry_gpu_coll_hosts_test name case)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 1
+            $<TARGET_FILE:ferry-run> -n 2 --hosts 2 --runtime cuda --timeout 280
+            $<TARGET_FILE:mp_coll> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;${ARGN}")
+endfunction()
+ferry_gpu_coll_hosts_test(gpu.coll.hosts.matrix matrix_quick)
+ferry_gpu_coll_hosts_test(gpu.coll.hosts.matrix.ll matrix_quick
+                          "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_NET_LL_MAX_BYTES=1G")
+ferry_gpu_coll_hosts_test(gpu.coll.hosts.mixed.ll mixed FERRY_COLL_NET_LL_MAX_BYTES=16K)
+
 # CUDA graph capture and replay of collectives + kernel-p2p fallback.
 if(FERRY_CUDA)
   add_executable(gpu_coll_graph ${CMAKE_CURRENT_SOURCE_DIR}/gpu/coll_graph.cu)
