@@ -296,6 +296,7 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
         return
     runs = [(case, "", PipeRun(pp, name, rank, world, device, seed))]
     worst = {case: 0.0}
+    groups = []  # the variants', destroyed at the end (each holds communicators)
     with CommClock() as clock:
         # Checked steps first, each run's on its own: a group's communicators
         # may be made by its first p2p call, so a variant's run inside its words.
@@ -305,6 +306,7 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
             label = f"{case}+{letter}"
             with EnvWords(words):
                 group = dist.new_group(list(range(world)))
+                groups.append(group)
                 runs.append((label, words, PipeRun(pp, name, rank, world, device, seed, group=group)))
                 worst[label] = 0.0
                 for step in range(CHECK_STEPS):
@@ -335,6 +337,9 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
         if run.last:
             fields["max_rel_err"] = worst[label]
         rep.emit(label, worst[label] < 2e-2, **fields)
+    torch.cuda.synchronize()
+    for group in groups:  # every rank reaches this point with the same groups
+        dist.destroy_process_group(group)
 
 
 def profile_step(step, name: str, rank: int):

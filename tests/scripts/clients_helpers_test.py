@@ -128,6 +128,8 @@ clients.torch.optim = SimpleNamespace(SGD=lambda params, lr: SimpleNamespace(
     zero_grad=lambda set_to_none=True: None, step=lambda: None))
 clients.dist.barrier = lambda: None
 clients.dist.new_group = new_group
+destroyed = []
+clients.dist.destroy_process_group = destroyed.append
 clients.stage_module = lambda index, seed: FakeModule()
 clients.pipe_batch = lambda seed, step, device: (None, None)
 clients.sync_max = lambda value, device: value
@@ -156,6 +158,7 @@ for e, words in zip(emitted[1:], [f"{unset_var}=on", f"{unset_var}=two"]):
           f"{e[0]} carries its words and b_over_a: {e[2]}")
 check("b_over_a" not in emitted[0][2], "the default group has no ratio")
 check(all(e[2].get("comm_calls") == 0 for e in emitted), "comm_calls counted per case")
+check(destroyed == ["group1", "group2"], f"the variants' groups destroyed at the end: {destroyed}")
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
