@@ -106,7 +106,9 @@ Status setupRingNet(const P2pSetupContext& ctx, bool ll, int nchannels, uint32_t
   const uint64_t fifos = ll ? layout.llFifos : layout.fifos;
   const uint64_t fifoBytes = ll ? layout.llFifoBytes : layout.fifoBytes;
   if (nextRemote) {
-    const uint64_t fifosEnd = layout.fifos + static_cast<uint64_t>(nchannels) * fifoBytes;
+    // The LL FIFOs end before `fifos`, the Simple ones after it.
+    const uint64_t fifosEnd =
+        ll ? layout.fifos : layout.fifos + static_cast<uint64_t>(nchannels) * fifoBytes;
     const uint64_t sizesBytes = static_cast<uint64_t>(nchannels) * nslots * sizeof(uint64_t);
     FERRY_CHECK(ctx.runtime->allocHost(fifosEnd + sizesBytes, &out->nextMirror));
     memset(out->nextMirror->ptr(), 0, layout.fifos);
