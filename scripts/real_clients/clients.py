@@ -214,10 +214,12 @@ class CommClock:
 class PipeRun:
     """One schedule on one process group (None: the default one): this
     rank's stages, their optimizer, and on the last stage's rank the same
-    model on one GPU, its reference."""
+    model on one GPU, its reference; reported as `label`, made with the
+    environment words `words` ("" for the default group)."""
 
-    def __init__(self, pp, name, rank, world, device, seed, group=None):
+    def __init__(self, pp, name, rank, world, device, seed, label, words="", group=None):
         cls = getattr(pp, "Schedule" + name)
+        self.label, self.words, self.worst = label, words, 0.0
         self.nstages, self.mine = stages_of(name, rank, world)
         mods = {s: stage_module(s, seed) for s in range(self.nstages)}
         self.stages = [pp.PipelineStage(copy.deepcopy(mods[s]).to(device), s, self.nstages, device,
@@ -232,11 +234,10 @@ class PipeRun:
             self.ref_opt = torch.optim.SGD(self.ref.parameters(), lr=LR)
         self.step_times, self.host_times, self.comm_times, self.comm_calls = [], [], [], []
 
-    def step(self, case, rank, seed, step, device, timed=True):
+    def step(self, rank, seed, step, device, timed=True):
         """One schedule step: checked against the reference while step <
-        CHECK_STEPS (returns the worst relative error, else 0), timed after
-        (into this run's lists, unless timed=False)."""
-        worst = 0.0
+        CHECK_STEPS (the worst relative error kept in self.worst), timed
+        after (into this run's lists, unless timed=False)."""
         if step >= CHECK_STEPS:  # each timed step alone: its median is robust to one slow step
             torch.cuda.synchronize()
             dist.barrier()
@@ -248,7 +249,8 @@ class PipeRun:
         self.opt.zero_grad(set_to_none=True)
         out = self.sched.step(*args, **kwargs)
         if step < CHECK_STEPS and self.last:
-            worst = check_pipe_step(case, rank, self.mine, self.stages, self.ref, x, y, out, losses)
+            self.worst = max(self.worst, check_pipe_step(self.label, rank, self.mine, self.stages,
+                                                         self.ref, x, y, out, losses))
             self.ref_opt.step()
         self.opt.step()
         if step >= CHECK_STEPS and timed:
@@ -258,7 +260,6 @@ class PipeRun:
             self.host_times.append((time.perf_counter() - t0) * 1000)
             torch.cuda.synchronize()
             self.step_times.append((time.perf_counter() - t0) * 1000)
-        return worst
 
     def fields(self, device) -> dict:
         """step_ms and host_ms (the slowest rank's medians), comm_ms: the
@@ -294,49 +295,46 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
     if getattr(pp, "Schedule" + name, None) is None:
         rep.emit(case, None, skip=f"torch {torch.__version__} has no Schedule{name}")
         return
-    runs = [(case, "", PipeRun(pp, name, rank, world, device, seed))]
-    worst = {case: 0.0}
+    runs = [PipeRun(pp, name, rank, world, device, seed, case)]
     groups = []  # the variants', destroyed at the end (each holds communicators)
     with CommClock() as clock:
         # Checked steps first, each run's on its own: a group's communicators
         # may be made by its first p2p call, so a variant's run inside its words.
         for step in range(CHECK_STEPS):
-            worst[case] = max(worst[case], runs[0][2].step(case, rank, seed, step, device))
+            runs[0].step(rank, seed, step, device)
         for letter, words in ab_variants():
-            label = f"{case}+{letter}"
             with EnvWords(words):
-                group = dist.new_group(list(range(world)))
-                groups.append(group)
-                runs.append((label, words, PipeRun(pp, name, rank, world, device, seed, group=group)))
-                worst[label] = 0.0
+                groups.append(dist.new_group(list(range(world))))
+                runs.append(PipeRun(pp, name, rank, world, device, seed, f"{case}+{letter}", words,
+                                    group=groups[-1]))
                 for step in range(CHECK_STEPS):
-                    worst[label] = max(worst[label], runs[-1][2].step(case, rank, seed, step, device))
+                    runs[-1].step(rank, seed, step, device)
         clock.take()
         pinned = pin_main_thread()
         cpu0 = thread_cpu()
         for k, step in enumerate(range(CHECK_STEPS, CHECK_STEPS + TIME_STEPS)):
             r = k % len(runs)
-            for _, _, run in runs[r:] + runs[:r]:
-                run.step(case, rank, seed, step, device)
+            for run in runs[r:] + runs[:r]:
+                run.step(rank, seed, step, device)
                 ms, calls = clock.take()
                 run.comm_times.append(ms)
                 run.comm_calls.append(calls)
         threads = busy_threads(cpu0, thread_cpu())
     if os.environ.get("CLIENT_PROFILE_STEP") == "1":
-        profile_step(lambda: runs[0][2].step(case, rank, seed, CHECK_STEPS, device, timed=False),
+        profile_step(lambda: runs[0].step(rank, seed, CHECK_STEPS, device, timed=False),
                      f"{rep.tag}-{case}", rank)
-    for label, words, run in runs:
+    for run in runs:
         fields = run.fields(device)
         fields["threads"] = threads
         if pinned:
             fields["pin_main"] = pinned
-        if words:
-            ratios = sorted(b / a for a, b in zip(runs[0][2].step_times, run.step_times))
+        if run.words:
+            ratios = sorted(b / a for a, b in zip(runs[0].step_times, run.step_times))
             fields["b_over_a"] = round(sync_max(ratios[len(ratios) // 2], device), 4)
-            fields["ab_env"] = words
+            fields["ab_env"] = run.words
         if run.last:
-            fields["max_rel_err"] = worst[label]
-        rep.emit(label, worst[label] < 2e-2, **fields)
+            fields["max_rel_err"] = run.worst
+        rep.emit(run.label, run.worst < 2e-2, **fields)
     torch.cuda.synchronize()
     for group in groups:  # every rank reaches this point with the same groups
         dist.destroy_process_group(group)
