@@ -34,7 +34,8 @@
 # CLIENT_SCHEDULES: the pipe case's schedules (one listed twice runs again in
 # the same process: pipe.NAME~2); CLIENT_PROFILE_STEP=1: one more step of each
 # under torch.profiler, its top CPU ops and GPU work printed in the log
-# ("PROFILE"), the Chrome trace kept where CLIENT_TRACE_DIR says;
+# ("PROFILE"), the Chrome trace kept where CLIENT_TRACE_DIR says (one per
+# group with CLIENT_AB_ENV; real_clients/trace_gaps.py compares them);
 # CLIENT_AB_ENV="VAR=value ...[; VAR=value ...]": each schedule also runs
 # on one more group per ';'-separated variant, made with those words in the
 # environment (pipe.NAME+B, +C, ...), steps interleaved with the default

@@ -2,7 +2,7 @@
 GPU: procutil.py's EnvWords (the within-process A/B of CLIENT_AB_ENV: a
 setting must reach the second group's communicators and nothing after),
 thread_cpu/busy_threads (which threads burn a step's CPU) and
-pin_main_thread's off switch; and clients.py's pipe case with
+pin_main_thread's off switch; and pipe_case.py's pipe case with
 CLIENT_AB_ENV, its control flow only, over a stub torch package (stages
 and a schedule that log what they are asked). Exits non-zero after
 listing every mismatch."""
@@ -39,7 +39,8 @@ class ScheduleGPipe:
         log.append(("step", self.stage.group))
 """)
 sys.path[:0] = [stub, os.path.join(here, "..", "..", "scripts", "real_clients")]
-import clients  # noqa: E402
+import clients  # noqa: E402,F401  (the suite's entry imports cleanly)
+import pipe_case  # noqa: E402
 import procutil  # noqa: E402
 
 failures = []
@@ -123,28 +124,28 @@ def new_group(ranks):
 
 
 emitted = []
-clients.torch.cuda = SimpleNamespace(synchronize=lambda: None)
-clients.torch.optim = SimpleNamespace(SGD=lambda params, lr: SimpleNamespace(
+pipe_case.torch.cuda = SimpleNamespace(synchronize=lambda: None)
+pipe_case.torch.optim = SimpleNamespace(SGD=lambda params, lr: SimpleNamespace(
     zero_grad=lambda set_to_none=True: None, step=lambda: None))
-clients.dist.barrier = lambda: None
-clients.dist.new_group = new_group
+pipe_case.dist.barrier = lambda: None
+pipe_case.dist.new_group = new_group
 destroyed = []
-clients.dist.destroy_process_group = destroyed.append
-clients.stage_module = lambda index, seed: FakeModule()
-clients.pipe_batch = lambda seed, step, device: (None, None)
-clients.sync_max = lambda value, device: value
-clients.check_pipe_step = lambda *args: 0.0
-clients.nn.Sequential = lambda *mods: FakeModule()
+pipe_case.dist.destroy_process_group = destroyed.append
+pipe_case.stage_module = lambda index, seed: FakeModule()
+pipe_case.pipe_batch = lambda seed, step, device: (None, None)
+pipe_case.sync_max = lambda value, device: value
+pipe_case.check_pipe_step = lambda *args: 0.0
+pipe_case.nn.Sequential = lambda *mods: FakeModule()
 rep = SimpleNamespace(tag="t", emit=lambda case, ok, **f: emitted.append((case, ok, f)))
 os.environ["CLIENT_AB_ENV"] = f"{unset_var}=on; {unset_var}=two ;"
-check([v for v, _ in clients.ab_variants()] == ["B", "C"], "two variants, the empty one dropped")
-clients.case_pipe(rep, "GPipe", 0, 2, "cpu", 1)
+check([v for v, _ in pipe_case.ab_variants()] == ["B", "C"], "two variants, the empty one dropped")
+pipe_case.case_pipe(rep, "GPipe", 0, 2, "cpu", 1)
 del os.environ["CLIENT_AB_ENV"]
 check(groups == [((0, 1), "on"), ((0, 1), "two")],
       f"one group per variant, each made inside its words: {groups}")
 check(unset_var not in os.environ, "the words are gone after the case")
 order = [g for _, g in pp.log]
-n_check, n_time = clients.CHECK_STEPS, clients.TIME_STEPS
+n_check, n_time = pipe_case.CHECK_STEPS, pipe_case.TIME_STEPS
 rounds = [[None, "group1", "group2"][k % 3:] + [None, "group1", "group2"][:k % 3]
           for k in range(n_time)]
 want = ([None] * n_check + ["group1"] * n_check + ["group2"] * n_check +
@@ -159,6 +160,20 @@ for e, words in zip(emitted[1:], [f"{unset_var}=on", f"{unset_var}=two"]):
 check("b_over_a" not in emitted[0][2], "the default group has no ratio")
 check(all(e[2].get("comm_calls") == 0 for e in emitted), "comm_calls counted per case")
 check(destroyed == ["group1", "group2"], f"the variants' groups destroyed at the end: {destroyed}")
+
+# CLIENT_PROFILE_STEP=1 with variants: one profiled step per group, each
+# named by its case, after the timed steps.
+profiled = []
+pipe_case.profile_step = lambda step, name, rank: (profiled.append(name), step())
+os.environ["CLIENT_AB_ENV"] = f"{unset_var}=on"
+os.environ["CLIENT_PROFILE_STEP"] = "1"
+pp.log.clear()
+emitted.clear()
+pipe_case.case_pipe(rep, "GPipe", 0, 2, "cpu", 1)
+del os.environ["CLIENT_AB_ENV"], os.environ["CLIENT_PROFILE_STEP"]
+check(profiled == ["t-pipe.GPipe", "t-pipe.GPipe+B"], f"one profiled step per group: {profiled}")
+check([g for _, g in pp.log][-2:] == [None, "group3"],
+      f"the profiled steps ran on their own groups, last: {pp.log[-2:]}")
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")

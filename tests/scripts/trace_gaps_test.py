@@ -1,0 +1,93 @@
+"""Checks scripts/real_clients/trace_gaps.py against a timeline computed
+independently: a random trace (fresh every run) of two devices with several
+streams of overlapping integer-microsecond activities and CPU calls, whose
+busy time, idle time and longest gap per stream are counted microsecond by
+microsecond. Exits non-zero after listing every mismatch."""
+import io
+import json
+import os
+import random
+import sys
+import tempfile
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "scripts", "real_clients"))
+import trace_gaps  # noqa: E402
+
+rng = random.Random()
+seed = rng.getrandbits(32)
+rng.seed(seed)
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL", what, f"(seed {seed})")
+
+
+events, truth = [], {}
+for dev in (0, 1):
+    for stream in rng.sample(range(3, 40), 3):
+        occupied = set()
+        for _ in range(rng.randint(3, 30)):
+            ts, dur = rng.randint(0, 5000), rng.randint(1, 300)
+            cat = rng.choice(["kernel", "gpu_memcpy", "gpu_memset"])
+            events.append({"ph": "X", "cat": cat, "name": f"{cat}-{len(events)}", "ts": ts,
+                           "dur": dur, "pid": 100 + dev, "tid": 999,
+                           "args": {"device": dev, "stream": stream}})
+            occupied.update(range(ts, ts + dur))
+        truth[(dev, stream)] = occupied
+cpu_total = 0
+for _ in range(rng.randint(5, 50)):
+    dur = rng.randint(1, 90)
+    cpu_total += dur
+    events.append({"ph": "X", "cat": rng.choice(["cuda_runtime", "cuda_driver"]),
+                   "name": rng.choice(["cudaLaunchKernel", "cudaMemcpyAsync", "cuStreamWriteValue64"]),
+                   "ts": rng.randint(0, 5000), "dur": dur, "pid": 7, "tid": 7})
+# Noise the tool must ignore: CPU ops, instant events, a metadata record.
+events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 9999, "pid": 7, "tid": 7})
+events.append({"ph": "i", "cat": "kernel", "name": "instant", "ts": 5, "pid": 100, "tid": 3})
+events.append({"ph": "M", "name": "process_name", "pid": 7})
+
+path = os.path.join(tempfile.mkdtemp(prefix="trace-gaps-"), "trace.json")
+with open(path, "w") as f:
+    json.dump({"traceEvents": events}, f)
+
+out = io.StringIO()
+rows = trace_gaps.analyze(path, out)
+report = out.getvalue()
+check(len(rows) == 2, f"one row per device: {rows}")
+for row in rows:
+    dev = row["device"]
+    streams = {s: occ for (d, s), occ in truth.items() if d == dev}
+    busiest = max(streams, key=lambda s: len(streams[s]))
+    allocc = set().union(*streams.values())
+    check(row["window_us"] == max(allocc) + 1 - min(allocc), f"device {dev} window: {row}")
+    check(row["stream"] == busiest, f"device {dev} busiest stream {busiest}: {row}")
+    occ = streams[busiest]
+    check(abs(row["busy_share"] * row["window_us"] - len(occ)) < 1e-6,
+          f"device {dev} busy {len(occ)} us: {row}")
+    span = max(occ) + 1 - min(occ)
+    check(row["idle_us"] == span - len(occ), f"device {dev} idle {span - len(occ)}: {row}")
+    longest, run = 0, 0
+    for t in range(min(occ), max(occ) + 1):
+        run = run + 1 if t not in occ else 0
+        longest = max(longest, run)
+    section = report.split(f"device {dev}:")[1].split("device ")[0].split("CPU:")[0]
+    listed = [float(ln.split()[0]) for ln in section.splitlines() if " us after " in ln]
+    check((longest == 0 and not listed) or (listed and listed[0] == longest),
+          f"device {dev}: longest gap {longest} us first in {listed}")
+    table = {ln.split("|")[1].strip(): float(ln.split("|")[5]) for ln in section.splitlines()
+             if ln.startswith("| ") and ln.split("|")[1].strip().isdigit()}
+    check(table == {str(s): float(len(o)) for s, o in streams.items()},
+          f"device {dev} busy per stream {table}")
+    check(row["cuda_calls_us"] == cpu_total, f"CPU calls {cpu_total} us: {row}")
+
+saved, sys.stdout = sys.stdout, io.StringIO()
+status = trace_gaps.main([])
+usage, sys.stdout = sys.stdout.getvalue(), saved
+check(status == 2 and "trace_gaps.py TRACE.json" in usage, "no argument: usage and status 2")
+if failures:
+    sys.exit(f"{len(failures)} check(s) failed")
+print("trace_gaps: all checks passed")
