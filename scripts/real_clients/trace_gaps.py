@@ -7,10 +7,16 @@ settings can be compared without the spread between processes).
 
 Per trace and GPU: the window from the first GPU activity to the last, each
 stream's activities (kernels, copies, memsets), the time it was busy (the
-union of its intervals) and its share of the window; for the busiest
-stream, its idle time and its longest gaps with the activities on either
-side (what it waited between); on the CPU, the CUDA runtime and driver
-calls that took the most time. With several traces, one summary row each.
+union of its intervals) and its share of the window; for the stream with
+the most activities (the model's compute stream: a communication stream
+has fewer, longer ones, and a spin-wait kernel looks busy while it waits),
+its idle time and its longest gaps with the activities on either
+side (what it waited between), each gap split into the part before the CPU
+call that issued the activity after it returned (the GPU waited for the
+CPU: "cpu") and the rest (it waited for something else, a stream wait on
+another stream's work: "dep"), by the trace's correlation ids; on the CPU,
+the CUDA runtime and driver calls that took the most time. With several
+traces, one summary row each.
 Runs on any machine (no torch needed): the traces are plain JSON."""
 import json
 import sys
@@ -47,17 +53,27 @@ def union(intervals: list) -> float:
     return total
 
 
-def gaps(acts: list, top: int) -> tuple:
-    """Idle time between a stream's activities (sorted by start) and its
-    `top` longest gaps as (length, before, after)."""
+def correlation(e: dict):
+    return (e.get("args") or {}).get("correlation")
+
+
+def gaps(acts: list, issued: dict, top: int) -> tuple:
+    """A stream's idle time between its activities (sorted by start): the
+    total, the part spent waiting for the CPU (up to when the call that
+    issued the next activity returned: `issued`, correlation id -> end of
+    that call), and the `top` longest gaps as (length, cpu part, before,
+    after). A gap whose next activity has no known call counts as "dep"."""
     found, end, last = [], None, None
     for a in sorted(acts, key=lambda a: a["ts"]):
         if end is not None and a["ts"] > end:
-            found.append((a["ts"] - end, last["name"], a["name"]))
+            length = a["ts"] - end
+            cpu = min(max(issued.get(correlation(a), end) - end, 0.0), length)
+            found.append((length, cpu, last["name"], a["name"]))
         if end is None or a["ts"] + a["dur"] > end:
             end, last = a["ts"] + a["dur"], a
+    idle, cpu = sum(g[0] for g in found), sum(g[1] for g in found)
     found.sort(key=lambda g: -g[0])
-    return sum(g[0] for g in found), found[:top]
+    return idle, cpu, found[:top]
 
 
 def short(name: str, width: int = 48) -> str:
@@ -69,6 +85,7 @@ def analyze(path: str, out, top: int = 8) -> list:
     events = load(path)
     gpu = [e for e in events if e.get("cat") in GPU_CATS]
     cpu = [e for e in events if e.get("cat") in CPU_CALL_CATS]
+    issued = {correlation(e): e["ts"] + e["dur"] for e in cpu if correlation(e) is not None}
     print(f"## {path}", file=out)
     rows = []
     by_device = defaultdict(lambda: defaultdict(list))
@@ -91,13 +108,15 @@ def analyze(path: str, out, top: int = 8) -> list:
             n = {c: sum(1 for a in sacts if a.get("cat") == c) for c in GPU_CATS}
             print(f"| {stream} | {n['kernel']} | {n['gpu_memcpy']} | {n['gpu_memset']} | "
                   f"{busy[stream]:.1f} | {busy[stream] / window:.3f} |", file=out)
-        main = max(busy, key=lambda s: busy[s])
-        idle, longest = gaps(streams[main], top)
-        print(f"busiest stream {main}: idle {idle:.1f} us in the window; longest gaps:", file=out)
-        for length, before, after in longest:
-            print(f"  {length:9.1f} us after {short(before)} before {short(after)}", file=out)
+        main = max(streams, key=lambda s: (len(streams[s]), busy[s]))
+        idle, idle_cpu, longest = gaps(streams[main], issued, top)
+        print(f"main stream {main}: idle {idle:.1f} us in the window, {idle_cpu:.1f} of it "
+              "waiting for the CPU; longest gaps (cpu part):", file=out)
+        for length, cpu_part, before, after in longest:
+            print(f"  {length:9.1f} us ({cpu_part:7.1f}) after {short(before)} before "
+                  f"{short(after)}", file=out)
         rows.append({"trace": path, "device": dev, "window_us": window, "stream": main,
-                     "busy_share": busy[main] / window, "idle_us": idle})
+                     "busy_share": busy[main] / window, "idle_us": idle, "idle_cpu_us": idle_cpu})
     calls = defaultdict(lambda: [0, 0.0])
     for e in cpu:
         calls[e["name"]][0] += 1
@@ -120,11 +139,13 @@ def main(argv: list) -> int:
     for path in argv:
         rows += analyze(path, sys.stdout)
     if len(argv) > 1 and rows:
-        print("| trace | device | window us | busiest stream | busy share | idle us | CUDA calls us |")
-        print("|---|---|---:|---|---:|---:|---:|")
+        print("| trace | device | window us | main stream | busy share | idle us | of it cpu us "
+              "| CUDA calls us |")
+        print("|---|---|---:|---|---:|---:|---:|---:|")
         for r in rows:
             print(f"| {r['trace']} | {r['device']} | {r['window_us']:.1f} | {r['stream']} | "
-                  f"{r['busy_share']:.3f} | {r['idle_us']:.1f} | {r['cuda_calls_us']:.1f} |")
+                  f"{r['busy_share']:.3f} | {r['idle_us']:.1f} | {r['idle_cpu_us']:.1f} | "
+                  f"{r['cuda_calls_us']:.1f} |")
     return 0
 
 

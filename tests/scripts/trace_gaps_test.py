@@ -1,8 +1,10 @@
 """Checks scripts/real_clients/trace_gaps.py against a timeline computed
 independently: a random trace (fresh every run) of two devices with several
-streams of overlapping integer-microsecond activities and CPU calls, whose
-busy time, idle time and longest gap per stream are counted microsecond by
-microsecond. Exits non-zero after listing every mismatch."""
+streams of overlapping integer-microsecond activities, each issued by a CPU
+call (correlation ids) that returns at a random time around its start,
+whose busy time, idle time, longest gap and the part of the idle time spent
+waiting for the CPU are counted microsecond by microsecond. Exits non-zero
+after listing every mismatch."""
 import io
 import json
 import os
@@ -26,19 +28,27 @@ def check(cond, what):
         print("FAIL", what, f"(seed {seed})")
 
 
-events, truth = [], {}
+events, truth, issued, cpu_total = [], {}, {}, 0
 for dev in (0, 1):
     for stream in rng.sample(range(3, 40), 3):
-        occupied = set()
-        for _ in range(rng.randint(3, 30)):
-            ts, dur = rng.randint(0, 5000), rng.randint(1, 300)
+        occupied, starts = set(), {}
+        for ts in rng.sample(range(0, 5000), rng.randint(3, 30)):  # distinct starts
+            dur = rng.randint(1, 300)
             cat = rng.choice(["kernel", "gpu_memcpy", "gpu_memset"])
+            corr = len(events) + 1
             events.append({"ph": "X", "cat": cat, "name": f"{cat}-{len(events)}", "ts": ts,
                            "dur": dur, "pid": 100 + dev, "tid": 999,
-                           "args": {"device": dev, "stream": stream}})
+                           "args": {"device": dev, "stream": stream, "correlation": corr}})
             occupied.update(range(ts, ts + dur))
-        truth[(dev, stream)] = occupied
-cpu_total = 0
+            starts[ts] = corr
+            if rng.random() < 0.9:  # some activities have no issuing call in the trace
+                call_end, call_dur = ts + rng.randint(-400, 60), rng.randint(1, 30)
+                issued[corr] = call_end
+                cpu_total += call_dur
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                               "ts": call_end - call_dur, "dur": call_dur, "pid": 7, "tid": 7,
+                               "args": {"correlation": corr}})
+        truth[(dev, stream)] = (occupied, starts)
 for _ in range(rng.randint(5, 50)):
     dur = rng.randint(1, 90)
     cpu_total += dur
@@ -60,22 +70,27 @@ report = out.getvalue()
 check(len(rows) == 2, f"one row per device: {rows}")
 for row in rows:
     dev = row["device"]
-    streams = {s: occ for (d, s), occ in truth.items() if d == dev}
-    busiest = max(streams, key=lambda s: len(streams[s]))
+    streams = {s: occ for (d, s), (occ, _) in truth.items() if d == dev}
+    starts = {s: st for (d, s), (_, st) in truth.items() if d == dev}
+    busiest = max(streams, key=lambda s: (len(starts[s]), len(streams[s])))
     allocc = set().union(*streams.values())
     check(row["window_us"] == max(allocc) + 1 - min(allocc), f"device {dev} window: {row}")
-    check(row["stream"] == busiest, f"device {dev} busiest stream {busiest}: {row}")
+    check(row["stream"] == busiest, f"device {dev} main stream {busiest}: {row}")
     occ = streams[busiest]
     check(abs(row["busy_share"] * row["window_us"] - len(occ)) < 1e-6,
           f"device {dev} busy {len(occ)} us: {row}")
     span = max(occ) + 1 - min(occ)
     check(row["idle_us"] == span - len(occ), f"device {dev} idle {span - len(occ)}: {row}")
-    longest, run = 0, 0
+    longest, run, cpu_wait = 0, 0, 0
     for t in range(min(occ), max(occ) + 1):
         run = run + 1 if t not in occ else 0
         longest = max(longest, run)
+        if run and t + 1 in occ:  # a gap of `run` us ends at t + 1
+            end = issued.get(starts[busiest].get(t + 1), t + 1 - run)
+            cpu_wait += min(max(end - (t + 1 - run), 0), run)
+    check(row["idle_cpu_us"] == cpu_wait, f"device {dev} idle waiting for the CPU {cpu_wait}: {row}")
     section = report.split(f"device {dev}:")[1].split("device ")[0].split("CPU:")[0]
-    listed = [float(ln.split()[0]) for ln in section.splitlines() if " us after " in ln]
+    listed = [float(ln.split()[0]) for ln in section.splitlines() if ") after " in ln]
     check((longest == 0 and not listed) or (listed and listed[0] == longest),
           f"device {dev}: longest gap {longest} us first in {listed}")
     table = {ln.split("|")[1].strip(): float(ln.split("|")[5]) for ln in section.splitlines()
