@@ -13,7 +13,11 @@ Ferry/NCCL ratios of those medians per loading mode (ferry-lazy against
 nccl-lazy, kernel-eager against nccl-eager, ...). Single runs of these
 cases vary by 30-50% with the machine: read the medians, or better the
 paired runs' table (modeA-paN beside modeB-pbN, made at the same time on
-other GPUs): the median of per-run ratios.
+other GPUs): the median of per-run ratios. CLIENT_AB_ENV's variants (cases
+with b_over_a: a variant group's step over the default group's, inside one
+process) get a table of their own, every run's value per mode; under
+NVIDIA's NCCL the variants' settings (Ferry's) change nothing, so its
+column is the method's own noise.
 """
 import json
 import re
@@ -106,6 +110,7 @@ def main_with(paths):
                   f"{' (bit for bit)' if l == fsdp[base_tag] else ''}")
     failed += busbw_table(runs)
     median_tables(runs)
+    ab_table(runs)
     paired_tables(runs)
     print(f"\n{failed} failing cell(s)")
     return 1 if failed else 0
@@ -208,11 +213,36 @@ def median_tables(runs):
     print("\n| Ferry/NCCL time, medians | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |")
     print("|---|" + "---|" * len(pairs))
     for k in keys:
+        if k[1] == "b_over_a":  # already a ratio within each process (ab_table)
+            continue
         cells = []
         for a, b in pairs:
             ok = k in med[a] and k in med[b] and med[b][k][0] > 0
             cells.append(f"{med[a][k][0] / med[b][k][0]:.2f}" if ok else "-")
         print(f"| {k[0]} {k[1]} | " + " | ".join(cells) + " |")
+
+
+def ab_table(runs):
+    """CLIENT_AB_ENV: per variant case (pipe.NAME+B, ...), its settings and,
+    per mode, every run's b_over_a in log order with their median. Prints
+    nothing without such cases."""
+    per, words = OrderedDict(), {}  # case -> mode -> [b_over_a per run]
+    for tag, cases in runs.items():
+        for case, recs in cases.items():
+            vals = [r["b_over_a"] for r in recs if "b_over_a" in r and r.get("ok") is not False]
+            if not vals:
+                continue
+            per.setdefault(case, OrderedDict()).setdefault(base_mode(tag), []).append(max(vals))
+            words.setdefault(case, next((r["ab_env"] for r in recs if r.get("ab_env")), ""))
+    if not per:
+        return
+    modes = list(OrderedDict((m, True) for d in per.values() for m in d))
+    print("\n| in-process A/B: b_over_a per run (median) | settings | " + " | ".join(modes) + " |")
+    print("|---|---|" + "---|" * len(modes))
+    for case, d in per.items():
+        cells = [" ".join(f"{v:.3f}" for v in d[m]) + f" ({statistics.median(d[m]):.3f})"
+                 if m in d else "-" for m in modes]
+        print(f"| {case} | {words[case]} | " + " | ".join(cells) + " |")
 
 
 def paired_tables(runs):

@@ -2,7 +2,8 @@
 planned case without a result fails, an unplanned one is left out, and
 repeated modes (-r2, or the same tag in a second log) fold into medians
 whose Ferry/NCCL ratios are the ones computed here by hand, and runs made
-side by side (-paN beside -pbN) give the median of their per-run ratios."""
+side by side (-paN beside -pbN) give the median of their per-run ratios,
+and CLIENT_AB_ENV's b_over_a values are listed per run and mode."""
 import contextlib
 import io
 import json
@@ -112,12 +113,33 @@ def main():
     expect(cells[0] == f"{ratios[1]:.3f}", f"paired median ratio {cells[0]}, computed {ratios[1]:.3f}")
     expect(cells[1] == f"{ratios[0]:.2f}-{ratios[2]:.2f}", f"paired range {cells[1]}")
 
+    # CLIENT_AB_ENV: every run's b_over_a per mode (the slower rank's), in
+    # log order, with their median; no Ferry/NCCL ratio of those ratios.
+    ab = {tag: [rnd.uniform(0.85, 1.1) for _ in range(2)]
+          for tag in ("ferry-lazy", "ferry-lazy-r2", "ferry-lazy-r3", "nccl-lazy")}
+    with tempfile.TemporaryDirectory() as d:
+        lines = []
+        for tag, vals in ab.items():
+            lines += [line(tag, "pipe.1F1B", k, step_ms=10.0 + k) for k in (0, 1)]
+            lines += [line(tag, "pipe.1F1B+B", k, step_ms=9.0 + k, b_over_a=v, ab_env="NCCL_PASS_SM=0")
+                      for k, v in enumerate(vals)]
+        _, text = run([write_log(d, "ab.log", lines)])
+    cells = row(text, "| in-process A/B", "pipe.1F1B+B")
+    ferry = [max(ab[t]) for t in ("ferry-lazy", "ferry-lazy-r2", "ferry-lazy-r3")]
+    want_ferry = " ".join(f"{v:.3f}" for v in ferry) + f" ({sorted(ferry)[1]:.3f})"
+    want_nccl = f"{max(ab['nccl-lazy']):.3f} ({max(ab['nccl-lazy']):.3f})"
+    expect(cells == ["NCCL_PASS_SM=0", want_ferry, want_nccl],
+           f"A/B row {cells}, expected {want_ferry} | {want_nccl}")
+    ratio_rows = [l for l in text.splitlines() if l.startswith("| pipe.1F1B+B b_over_a")]
+    expect(len(ratio_rows) == 1, f"b_over_a only in the medians table, not as a Ferry/NCCL ratio: "
+           f"{ratio_rows}")
+
     for f in failures:
         print("FAIL", f)
     if failures:
         print(text)
         return 1
-    print("PASS summarize: planned/missing cells, folded medians, side-by-side ratios")
+    print("PASS summarize: planned/missing cells, folded medians, side-by-side ratios, A/B runs")
     return 0
 
 
