@@ -42,7 +42,7 @@
 # group's in one process (order rotating); b_over_a is the median ratio of
 # a variant's step to the default group's step of the same round (a Ferry
 # knob's effect without the spread between processes, trap 66; NCCL's run
-# is the control).
+# is the control). The a2a case does the same per iteration (a2a+B, ...).
 # CLIENT_PIN_MAIN=1: the main thread alone on one CPU of the rank's slice
 # (session 30: it did not narrow the spread).
 # paired: $PAIRED ("modeA:modeB ...") side by side on a 4-GPU machine, GPUs

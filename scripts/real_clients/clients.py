@@ -24,7 +24,8 @@ settings, steps interleaved: pipe.<Schedule>+B, +C, ... with b_over_a; each resu
 the most CPU), fsdp2 (fully_shard, Adam; losses
 and the gathered parameters checked against a one-GPU model), ddp (gradients
 checked), a2a (uneven all_to_all_single, MoE-dispatch sized, new tensors
-every iteration, compared exactly), batch (batch_isend_irecv ring, exact),
+every iteration, compared exactly; with CLIENT_AB_ENV also a2a+B, ... on
+variant groups, iterations interleaved, with b_over_a), batch (batch_isend_irecv ring, exact),
 blocking (send/recv in pipeline order), groups and p2pgroups (64 extra
 communicators used by an all_reduce and a send/recv ring, or by the ring
 only: memory held and set-up time; not in the default list), shrink
@@ -54,8 +55,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import H, TIME_STEPS, Reporter, library_in_use, mse, rel_err, seeded, sync_max
-from pipe_case import LOOPED, SINGLE, V_SHAPED, ab_variants, case_pipe
+from common import (H, TIME_STEPS, Reporter, VariantGroups, ab_variants, library_in_use, mse,
+                    rel_err, seeded, sync_max)
+from pipe_case import LOOPED, SINGLE, V_SHAPED, case_pipe
 from procutil import pin_near_gpu
 
 
@@ -169,38 +171,60 @@ def a2a_block(src: int, dst: int, rows: int, cols: int, device) -> torch.Tensor:
     return (((r * 3 + c) % 61) + 64 * src + 128 * dst).to(torch.bfloat16)
 
 
+def warm_a2a(group, world: int, device):
+    """One small all_to_all_single on `group`: torch makes a group's
+    communicator at its first collective."""
+    t = torch.arange(world, device=device, dtype=torch.float32)
+    dist.all_to_all_single(torch.empty_like(t), t, group=group)
+    torch.cuda.synchronize()
+
+
 def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
+    """Uneven all_to_all_single, new tensors every iteration, compared
+    exactly. With CLIENT_AB_ENV each iteration also runs on one group per
+    variant (a2a+B, ...; VariantGroups), on the same input, in rotating
+    order: b_over_a is a setting's effect on the call's time inside this
+    process."""
     cols, iters, max_rows = 1024, 24, 70000
-    ok, times, host = True, [], []
+    groups = VariantGroups("a2a", world, lambda group: warm_a2a(group, world, device))
+    n = len(groups.labels)
+    ok, times, host = [True] * n, [[] for _ in range(n)], [[] for _ in range(n)]
     g = torch.Generator().manual_seed(seed)
     for it in range(iters):
         split = torch.randint(0, max_rows + 1, (world, world), generator=g).tolist()
         send_rows = split[rank]
         recv_rows = [split[p][rank] for p in range(world)]
         inp = torch.cat([a2a_block(rank, p, send_rows[p], cols, device) for p in range(world)])
-        out = torch.full((sum(recv_rows), cols), float("nan"), device=device, dtype=torch.bfloat16)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        h0 = time.perf_counter()
-        dist.all_to_all_single(out, inp, output_split_sizes=recv_rows, input_split_sizes=send_rows)
-        h1 = time.perf_counter()
-        end.record()
-        end.synchronize()
-        if it >= 4:
-            times.append(start.elapsed_time(end))
-            host.append((h1 - h0) * 1000)
         want = torch.cat([a2a_block(p, rank, recv_rows[p], cols, device) for p in range(world)])
-        if not torch.equal(out, want):
-            ok = False
-            print(f"rank {rank}: a2a iteration {it} WRONG (splits {split})", flush=True)
-        del inp, out, want
-    times.sort()
-    host.sort()
-    med = sync_max(times[len(times) // 2], device)
-    # host_ms: the call itself on the CPU (this rank's median, then the max).
-    host_med = sync_max(host[len(host) // 2], device)
-    rep.emit("a2a", ok, median_ms=round(med, 4), host_ms=round(host_med, 4), iters=iters,
-             max_rows=max_rows)
+        for k in groups.order(it):
+            out = torch.full((sum(recv_rows), cols), float("nan"), device=device,
+                             dtype=torch.bfloat16)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            h0 = time.perf_counter()
+            dist.all_to_all_single(out, inp, output_split_sizes=recv_rows,
+                                   input_split_sizes=send_rows, group=groups.groups[k])
+            h1 = time.perf_counter()
+            end.record()
+            end.synchronize()
+            if it >= 4:
+                times[k].append(start.elapsed_time(end))
+                host[k].append((h1 - h0) * 1000)
+            if not torch.equal(out, want):
+                ok[k] = False
+                print(f"rank {rank}: {groups.labels[k]} iteration {it} WRONG (splits {split})",
+                      flush=True)
+            del out
+        del inp, want
+    for k, label in enumerate(groups.labels):
+        # host_ms: the call itself on the CPU (this rank's median, then the max).
+        fields = {"median_ms": round(sync_max(sorted(times[k])[len(times[k]) // 2], device), 4),
+                  "host_ms": round(sync_max(sorted(host[k])[len(host[k]) // 2], device), 4),
+                  "iters": iters, "max_rows": max_rows}
+        fields.update(groups.ab_fields(k, times, lambda v: sync_max(v, device)))
+        rep.emit(label, ok[k], **fields)
+    torch.cuda.synchronize()
+    groups.destroy()
 
 
 # ---- batch_isend_irecv and blocking send/recv ----------------------------------------
@@ -557,6 +581,8 @@ def main():
         else:
             fn = globals()["case_" + c]
             cases.append((c, lambda fn=fn: fn(rep, rank, world, device, a.seed)))
+            if c == "a2a":  # CLIENT_AB_ENV's variants of it
+                extra += [f"a2a+{letter}" for letter, _ in ab_variants()]
     # planned: the cases this run owes a result for (summarize.py fails a
     # planned case without one, and leaves the others out).
     rep.emit("library", True, nccl_version=".".join(map(str, torch.cuda.nccl.version())),

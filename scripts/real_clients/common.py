@@ -1,10 +1,14 @@
 """What every case of the real-client suite shares: the one-line RESULT
-records, cross-rank maxima, reproducible data and error measures."""
+records, cross-rank maxima, reproducible data and error measures, and
+CLIENT_AB_ENV's variant groups."""
 import ctypes
 import json
+import os
 
 import torch
 import torch.distributed as dist
+
+from procutil import EnvWords
 
 H = 4096            # hidden size (pipelining stages, FSDP2 layers)
 TIME_STEPS = 15     # timed steps of a case (median or mean step time)
@@ -42,6 +46,7 @@ def seeded(seed: int, *shape, dtype=torch.float32, device="cpu") -> torch.Tensor
     g = torch.Generator(device=device).manual_seed(seed)
     return torch.randn(*shape, generator=g, device=device).to(dtype=dtype)
 
+
 def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(out.float(), target.float())
 
@@ -49,3 +54,49 @@ def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     got, want = got.float(), want.float()
     return ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
+
+
+def ab_variants() -> list:
+    """CLIENT_AB_ENV's variants: ';'-separated groups of VAR=value words,
+    labelled B, C, D, ... (at most 8)."""
+    groups = [g.strip() for g in os.environ.get("CLIENT_AB_ENV", "").split(";") if g.strip()]
+    return [(chr(ord("B") + k), words) for k, words in enumerate(groups[:8])]
+
+
+class VariantGroups:
+    """A case's default group (None) and one more group of every rank per
+    CLIENT_AB_ENV variant, made inside its words; `warm(group)` runs there
+    too, so that a library creating its communicators at first use creates
+    them with the words set. Labels: case, case+B, case+C, ... A case runs
+    each iteration on every group in order(iteration) (rotating, so that
+    no group always goes first) and reports ab_fields(k, times) with
+    group k's result."""
+
+    def __init__(self, case: str, world: int, warm):
+        self.labels, self.words, self.groups = [case], [""], [None]
+        for letter, words in ab_variants():
+            with EnvWords(words):
+                group = dist.new_group(list(range(world)))
+                warm(group)
+            self.labels.append(f"{case}+{letter}")
+            self.words.append(words)
+            self.groups.append(group)
+
+    def order(self, iteration: int) -> list:
+        r = iteration % len(self.groups)
+        ks = list(range(len(self.groups)))
+        return ks[r:] + ks[:r]
+
+    def ab_fields(self, k: int, times: list, agree) -> dict:
+        """b_over_a (the median over iterations of group k's time over the
+        default group's, made equal on every rank by `agree`) and the
+        words; nothing for the default group."""
+        if k == 0:
+            return {}
+        ratios = sorted(b / a for a, b in zip(times[0], times[k]) if a > 0)
+        return {"b_over_a": round(agree(ratios[len(ratios) // 2]), 4), "ab_env": self.words[k]}
+
+    def destroy(self):
+        """Every rank calls it with the same groups."""
+        for group in self.groups[1:]:
+            dist.destroy_process_group(group)

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import H, TIME_STEPS, Reporter, mse, rel_err, seeded, sync_max
+from common import H, TIME_STEPS, Reporter, ab_variants, mse, rel_err, seeded, sync_max
 from procutil import EnvWords, busy_threads, pin_main_thread, thread_cpu
 
 MB_ROWS = 2048      # rows per micro-batch: 2048 x 4096 bf16 = 16 MiB activations
@@ -178,13 +178,6 @@ class PipeRun:
         return {"step_ms": round(sync_max(med(self.step_times), device), 3),
                 "host_ms": round(sync_max(med(self.host_times), device), 3),
                 "comm_ms": round(med(self.comm_times), 3), "comm_calls": max(self.comm_calls)}
-
-
-def ab_variants() -> list:
-    """CLIENT_AB_ENV's variants: ';'-separated groups of VAR=value words,
-    labelled B, C, D, ... (at most 8)."""
-    groups = [g.strip() for g in os.environ.get("CLIENT_AB_ENV", "").split(";") if g.strip()]
-    return [(chr(ord("B") + k), words) for k, words in enumerate(groups[:8])]
 
 
 def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int, case=None):

@@ -2,8 +2,9 @@
 GPU: procutil.py's EnvWords (the within-process A/B of CLIENT_AB_ENV: a
 setting must reach the second group's communicators and nothing after),
 thread_cpu/busy_threads (which threads burn a step's CPU) and
-pin_main_thread's off switch; and pipe_case.py's pipe case with
-CLIENT_AB_ENV, its control flow only, over a stub torch package (stages
+pin_main_thread's off switch; pipe_case.py's pipe case with CLIENT_AB_ENV
+and common.py's VariantGroups (the a2a case's), their control flow only,
+over a stub torch package (stages
 and a schedule that log what they are asked). Exits non-zero after
 listing every mismatch."""
 import os
@@ -174,6 +175,35 @@ del os.environ["CLIENT_AB_ENV"], os.environ["CLIENT_PROFILE_STEP"]
 check(profiled == ["t-pipe.GPipe", "t-pipe.GPipe+B"], f"one profiled step per group: {profiled}")
 check([g for _, g in pp.log][-2:] == [None, "group3"],
       f"the profiled steps ran on their own groups, last: {pp.log[-2:]}")
+
+# VariantGroups (the a2a case's CLIENT_AB_ENV): one group per variant, made
+# and warmed inside its words; labels; rotating order; b_over_a as the
+# median of per-iteration ratios through `agree`; the groups destroyed.
+import common  # noqa: E402
+
+groups.clear()
+destroyed.clear()
+warmed = []
+os.environ["CLIENT_AB_ENV"] = f"{unset_var}=x;{unset_var}=y"
+vg = common.VariantGroups("a2a", 2, lambda g: warmed.append((g, os.environ.get(unset_var))))
+del os.environ["CLIENT_AB_ENV"]
+check(vg.labels == ["a2a", "a2a+B", "a2a+C"], f"labels {vg.labels}")
+check(groups == [((0, 1), "x"), ((0, 1), "y")], f"groups made inside their words: {groups}")
+check(warmed == [(vg.groups[1], "x"), (vg.groups[2], "y")], f"each warmed inside its words: {warmed}")
+check(unset_var not in os.environ, "the words are gone after the groups are made")
+check([vg.order(i) for i in range(4)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]],
+      f"rotating order: {[vg.order(i) for i in range(4)]}")
+base = [random.uniform(1, 2) for _ in range(5)]
+scaled = [b * f for b, f in zip(base, [0.9, 0.95, 0.91, 1.2, 0.93])]
+got = vg.ab_fields(2, [base, base, scaled], lambda v: v * 10)
+check(got == {"b_over_a": round(0.93 * 10, 4), "ab_env": f"{unset_var}=y"} and vg.ab_fields(0, [base], None) == {},
+      f"ab_fields: {got}")
+vg.destroy()
+check(destroyed == vg.groups[1:], f"variant groups destroyed: {destroyed}")
+os.environ.pop("CLIENT_AB_ENV", None)
+none = common.VariantGroups("a2a", 2, lambda g: warmed.append(g))
+check(none.labels == ["a2a"] and none.groups == [None] and none.order(5) == [0],
+      "without CLIENT_AB_ENV: the default group alone")
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
