@@ -186,7 +186,7 @@ def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
     order: b_over_a is a setting's effect on the call's time inside this
     process."""
     cols, iters, max_rows = 1024, 24, 70000
-    groups = VariantGroups("a2a", world, lambda group: warm_a2a(group, world, device))
+    groups = VariantGroups("a2a", world, lambda group, *_: warm_a2a(group, world, device))
     n = len(groups.labels)
     ok, times, host = [True] * n, [[] for _ in range(n)], [[] for _ in range(n)]
     g = torch.Generator().manual_seed(seed)

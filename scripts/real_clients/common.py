@@ -65,9 +65,9 @@ def ab_variants() -> list:
 
 class VariantGroups:
     """A case's default group (None) and one more group of every rank per
-    CLIENT_AB_ENV variant, made inside its words; `warm(group)` runs there
-    too, so that a library creating its communicators at first use creates
-    them with the words set. Labels: case, case+B, case+C, ... A case runs
+    CLIENT_AB_ENV variant, made inside its words; `warm(group, label,
+    words)` runs there too, so that a library creating its communicators
+    at first use creates them with the words set. Labels: case, case+B, case+C, ... A case runs
     each iteration on every group in order(iteration) (rotating, so that
     no group always goes first) and reports ab_fields(k, times) with
     group k's result."""
@@ -77,7 +77,7 @@ class VariantGroups:
         for letter, words in ab_variants():
             with EnvWords(words):
                 group = dist.new_group(list(range(world)))
-                warm(group)
+                warm(group, f"{case}+{letter}", words)
             self.labels.append(f"{case}+{letter}")
             self.words.append(words)
             self.groups.append(group)

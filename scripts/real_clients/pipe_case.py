@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import H, TIME_STEPS, Reporter, ab_variants, mse, rel_err, seeded, sync_max
-from procutil import EnvWords, busy_threads, pin_main_thread, thread_cpu
+from common import H, TIME_STEPS, Reporter, VariantGroups, mse, rel_err, seeded, sync_max
+from procutil import busy_threads, pin_main_thread, thread_cpu
 
 MB_ROWS = 2048      # rows per micro-batch: 2048 x 4096 bf16 = 16 MiB activations
 N_MB = 8            # micro-batches per step
@@ -123,12 +123,11 @@ class CommClock:
 class PipeRun:
     """One schedule on one process group (None: the default one): this
     rank's stages, their optimizer, and on the last stage's rank the same
-    model on one GPU, its reference; reported as `label`, made with the
-    environment words `words` ("" for the default group)."""
+    model on one GPU, its reference; reported as `label`."""
 
-    def __init__(self, pp, name, rank, world, device, seed, label, words="", group=None):
+    def __init__(self, pp, name, rank, world, device, seed, label, group=None):
         cls = getattr(pp, "Schedule" + name)
-        self.label, self.words, self.worst = label, words, 0.0
+        self.label, self.worst = label, 0.0
         self.nstages, self.mine = stages_of(name, rank, world)
         mods = {s: stage_module(s, seed) for s in range(self.nstages)}
         self.stages = [pp.PipelineStage(copy.deepcopy(mods[s]).to(device), s, self.nstages, device,
@@ -198,25 +197,24 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
         rep.emit(case, None, skip=f"torch {torch.__version__} has no Schedule{name}")
         return
     runs = [PipeRun(pp, name, rank, world, device, seed, case)]
-    groups = []  # the variants', destroyed at the end (each holds communicators)
+
+    def variant_run(group, label, words):
+        # Inside the variant's words: its checked steps may make its
+        # communicators (a group's first p2p call).
+        runs.append(PipeRun(pp, name, rank, world, device, seed, label, group=group))
+        for step in range(CHECK_STEPS):
+            runs[-1].step(rank, seed, step, device)
+
     with CommClock() as clock:
-        # Checked steps first, each run's on its own: a group's communicators
-        # may be made by its first p2p call, so a variant's run inside its words.
+        # Checked steps first, each run's on its own.
         for step in range(CHECK_STEPS):
             runs[0].step(rank, seed, step, device)
-        for letter, words in ab_variants():
-            with EnvWords(words):
-                groups.append(dist.new_group(list(range(world))))
-                runs.append(PipeRun(pp, name, rank, world, device, seed, f"{case}+{letter}", words,
-                                    group=groups[-1]))
-                for step in range(CHECK_STEPS):
-                    runs[-1].step(rank, seed, step, device)
+        groups = VariantGroups(case, world, variant_run)
         clock.take()
         pinned = pin_main_thread()
         cpu0 = thread_cpu()
         for k, step in enumerate(range(CHECK_STEPS, CHECK_STEPS + TIME_STEPS)):
-            r = k % len(runs)
-            for run in runs[r:] + runs[:r]:
+            for run in (runs[i] for i in groups.order(k)):
                 run.step(rank, seed, step, device)
                 ms, calls = clock.take()
                 run.comm_times.append(ms)
@@ -228,21 +226,18 @@ def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int
         for run in runs:
             profile_step(lambda run=run: run.step(rank, seed, CHECK_STEPS, device, timed=False),
                          f"{rep.tag}-{run.label}", rank)
-    for run in runs:
+    step_times = [run.step_times for run in runs]
+    for k, run in enumerate(runs):
         fields = run.fields(device)
         fields["threads"] = threads
         if pinned:
             fields["pin_main"] = pinned
-        if run.words:
-            ratios = sorted(b / a for a, b in zip(runs[0].step_times, run.step_times))
-            fields["b_over_a"] = round(sync_max(ratios[len(ratios) // 2], device), 4)
-            fields["ab_env"] = run.words
+        fields.update(groups.ab_fields(k, step_times, lambda v: sync_max(v, device)))
         if run.last:
             fields["max_rel_err"] = run.worst
         rep.emit(run.label, run.worst < 2e-2, **fields)
     torch.cuda.synchronize()
-    for group in groups:  # every rank reaches this point with the same groups
-        dist.destroy_process_group(group)
+    groups.destroy()
 
 
 def profile_step(step, name: str, rank: int):

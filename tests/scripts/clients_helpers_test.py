@@ -41,6 +41,7 @@ class ScheduleGPipe:
 """)
 sys.path[:0] = [stub, os.path.join(here, "..", "..", "scripts", "real_clients")]
 import clients  # noqa: E402,F401  (the suite's entry imports cleanly)
+import common  # noqa: E402
 import pipe_case  # noqa: E402
 import procutil  # noqa: E402
 
@@ -139,7 +140,7 @@ pipe_case.check_pipe_step = lambda *args: 0.0
 pipe_case.nn.Sequential = lambda *mods: FakeModule()
 rep = SimpleNamespace(tag="t", emit=lambda case, ok, **f: emitted.append((case, ok, f)))
 os.environ["CLIENT_AB_ENV"] = f"{unset_var}=on; {unset_var}=two ;"
-check([v for v, _ in pipe_case.ab_variants()] == ["B", "C"], "two variants, the empty one dropped")
+check([v for v, _ in common.ab_variants()] == ["B", "C"], "two variants, the empty one dropped")
 pipe_case.case_pipe(rep, "GPipe", 0, 2, "cpu", 1)
 del os.environ["CLIENT_AB_ENV"]
 check(groups == [((0, 1), "on"), ((0, 1), "two")],
@@ -179,17 +180,17 @@ check([g for _, g in pp.log][-2:] == [None, "group3"],
 # VariantGroups (the a2a case's CLIENT_AB_ENV): one group per variant, made
 # and warmed inside its words; labels; rotating order; b_over_a as the
 # median of per-iteration ratios through `agree`; the groups destroyed.
-import common  # noqa: E402
-
 groups.clear()
 destroyed.clear()
 warmed = []
 os.environ["CLIENT_AB_ENV"] = f"{unset_var}=x;{unset_var}=y"
-vg = common.VariantGroups("a2a", 2, lambda g: warmed.append((g, os.environ.get(unset_var))))
+vg = common.VariantGroups("a2a", 2, lambda g, label, words: warmed.append(
+    (g, os.environ.get(unset_var), label, words)))
 del os.environ["CLIENT_AB_ENV"]
 check(vg.labels == ["a2a", "a2a+B", "a2a+C"], f"labels {vg.labels}")
 check(groups == [((0, 1), "x"), ((0, 1), "y")], f"groups made inside their words: {groups}")
-check(warmed == [(vg.groups[1], "x"), (vg.groups[2], "y")], f"each warmed inside its words: {warmed}")
+check(warmed == [(vg.groups[1], "x", "a2a+B", f"{unset_var}=x"), (vg.groups[2], "y", "a2a+C", f"{unset_var}=y")],
+      f"each warmed inside its words, told its label and words: {warmed}")
 check(unset_var not in os.environ, "the words are gone after the groups are made")
 check([vg.order(i) for i in range(4)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]],
       f"rotating order: {[vg.order(i) for i in range(4)]}")
@@ -201,7 +202,7 @@ check(got == {"b_over_a": round(0.93 * 10, 4), "ab_env": f"{unset_var}=y"} and v
 vg.destroy()
 check(destroyed == vg.groups[1:], f"variant groups destroyed: {destroyed}")
 os.environ.pop("CLIENT_AB_ENV", None)
-none = common.VariantGroups("a2a", 2, lambda g: warmed.append(g))
+none = common.VariantGroups("a2a", 2, lambda *args: warmed.append(args))
 check(none.labels == ["a2a"] and none.groups == [None] and none.order(5) == [0],
       "without CLIENT_AB_ENV: the default group alone")
 
