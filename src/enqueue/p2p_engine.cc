@@ -429,6 +429,15 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   ConnectionBase& conn = *op.conn;
   if (conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
   conn.sinceWait = 0;
+  // A receiver that has posted already needs no wait, and the stream's
+  // fence need not be asked (~1.4 us per query once it has passed).
+  PostInfo posted;
+  if (peerPosted(op.ctrl(), true, op.seq, &posted)) {
+    conn.lateReceives = 0;
+    // relaxed: statistics (describeCounters).
+    conn.counters.pushWaits.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   // A stream still running an earlier launch's work is a GPU that the wait
   // does not idle (the CPU is ahead of it): such a wait takes the whole
   // bound (FERRY_P2P_PUSH_WAIT_BUSY). Measured on 2x H100 (session 23):
@@ -535,10 +544,10 @@ bool P2pEngine::awaitWhileBusy(const Op& op, void* stream, int64_t idleNs, int64
   }
 }
 
-// The stream's newest fence alone: it passes last (dropPassedFences).
+// The stream's fence was recorded after the last launch's work on it.
 bool P2pEngine::streamBusy(void* stream) const {
-  for (auto f = fences_.rbegin(); f != fences_.rend(); ++f) {
-    if (f->stream == stream) return f->event->query() == ncclInProgress;
+  for (const Fence& f : fences_) {
+    if (f.stream == stream) return f.event->query() == ncclInProgress;
   }
   return false;
 }

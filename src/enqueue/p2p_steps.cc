@@ -85,32 +85,33 @@ Status P2pEngine::finishStepped(Stepped& l) {
     // relaxed: statistics (describeCounters).
     if (!op.first) op.conn->counters.copiedOps.fetch_add(1, std::memory_order_relaxed);
   }
-  // Fences: drop the passed ones, then add one per stream after its waits.
-  dropPassedFences();
+  // Fences: each stream's, re-recorded after its waits.
   for (size_t k = 0; k < l.streams.size(); ++k) {
-    Fence fence{l.handles[k], nullptr};
-    FERRY_CHECK(newEvent(&fence.event));
-    FERRY_CHECK(fence.event->record(*l.streams[k]));
-    fences_.push_back(std::move(fence));
+    FERRY_CHECK(recordFence(l.handles[k], *l.streams[k]));
   }
   return ncclSuccess;
 }
 
-// A stream passes its fences in the order they were recorded, so once one
-// of a stream's fences is pending its later ones are too: one query per
-// passed fence and per stream, however far ahead the CPU runs.
-void P2pEngine::dropPassedFences() {
-  std::vector<void*> pending;  // streams with a pending fence (a launch has one or two)
-  size_t kept = 0;
-  for (size_t i = 0; i < fences_.size(); ++i) {  // oldest first
-    Fence& f = fences_[i];
-    bool known = std::find(pending.begin(), pending.end(), f.stream) != pending.end();
-    if (!known && f.event->query() == ncclSuccess) continue;  // passed: dropped
-    if (!known) pending.push_back(f.stream);
-    if (kept != i) fences_[kept] = std::move(f);
-    ++kept;
+// A program that makes new streams as it goes (one per iteration, say)
+// would add a fence per stream forever: past kMaxFences, the fences that
+// have passed are forgotten first (their streams get a new one if they come
+// back).
+Status P2pEngine::recordFence(void* handle, rt::Stream& stream) {
+  constexpr size_t kMaxFences = 64;
+  auto it = std::find_if(fences_.begin(), fences_.end(),
+                         [handle](const Fence& f) { return f.stream == handle; });
+  if (it == fences_.end()) {
+    if (fences_.size() >= kMaxFences) {
+      fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
+                                   [](Fence& f) { return f.event->query() == ncclSuccess; }),
+                    fences_.end());
+    }
+    Fence fence{handle, nullptr};
+    FERRY_CHECK(runtime_->createEvent(&fence.event));
+    fences_.push_back(std::move(fence));
+    it = fences_.end() - 1;
   }
-  fences_.resize(kept);
+  return it->event->record(stream);
 }
 
 Status P2pEngine::launchStep(Step step, const std::vector<P2pTask>& tasks) {

@@ -105,7 +105,14 @@ void Proxy::post(std::vector<P2pWatch> watches) {
       inbox_.push_back(std::move(w));
     }
   }
-  wake();
+  // A watch is bookkeeping (completion, peer failure, timeouts of seconds):
+  // a thread that looks at its watches every millisecond or steps the
+  // network will find it soon enough, and an eventfd write plus the
+  // thread's wake-up cost every SM-free launch ~1-2 us. Only the long idle
+  // sleep must be cut short. seq_cst: this load follows the push (unlocked
+  // above); the loop stores the flag before it checks the inbox under mu_,
+  // so one of the two sees the other (loop()).
+  if (idleSleep_.load()) wake();
 }
 
 // The owner's communicator failed: whatever it posts from now on is dropped
@@ -191,6 +198,11 @@ void Proxy::postNet(std::vector<NetOp> ops) {
     }
   }
   wake();
+}
+
+bool Proxy::inboxEmpty() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inbox_.empty() && netInbox_.empty() && dropRequests_.empty();
 }
 
 size_t Proxy::inFlight(const void* owner) {
@@ -397,7 +409,16 @@ void Proxy::loop() {
       pollNetwork(t, &lastActiveNs, &napUs);
       continue;
     }
-    sleepUntilWork(watches_.empty() ? 50 : 1);
+    const bool idle = watches_.empty();
+    if (idle) {
+      idleSleep_.store(true);  // seq_cst; pairs with post()'s load
+      if (!inboxEmpty()) {
+        idleSleep_.store(false);
+        continue;
+      }
+    }
+    sleepUntilWork(idle ? 50 : 1);
+    idleSleep_.store(false);
     // Whatever woke the thread (a post, a kick) starts a spin window.
     lastActiveNs = steadyNowNs();
   }

@@ -10,13 +10,13 @@
 //
 // The loop: take newly posted watches and network ops, serve RPC requests,
 // check every watch, progress the network; sleep in poll() on an eventfd
-// (post() writes it) and the RPC sockets: for 50 ms when idle, 1 ms while
-// messages are watched. While network transfers or ring hops across hosts
-// exist it polls them: without sleeping (sched_yield between passes) until
-// FERRY_PROXY_SPIN_US pass with nothing moved, posted or kicked, then in
-// naps of 20-200 us that a post or kick() cuts short. A nap on every idle
-// pass (the first version) put up to 200 us on each side of every message
-// and ring hop: ~0.4-1 ms per small operation across hosts on 2x H200.
+// and the RPC sockets: for 50 ms when idle (a post() wakes it), 1 ms while
+// messages are watched (a post() does not: the watch waits for the tick). While network transfers
+// or ring hops across hosts exist it polls them: without sleeping (sched_yield between passes)
+// until FERRY_PROXY_SPIN_US pass with nothing moved, posted or kicked, then in naps of 20-200 us
+// that a post or kick() cuts short. A nap on every idle pass (the first version) put up to 200 us
+// on each side of every message and ring hop: ~0.4-1 ms per small operation across hosts on 2x
+// H200.
 //
 // Threading: post/detach are called from user threads; everything else
 // runs on the proxy thread. Lifetime: acquire() starts the thread on first
@@ -95,6 +95,7 @@ class Proxy {
   void pollNetwork(int64_t nowNs, int64_t* lastActiveNs, int* napUs);
   bool stepRingHops();  // true when a hop moved
   void wake();
+  bool inboxEmpty();  // takes mu_
   size_t inFlight(const void* owner);
 
   pid_t pid_ = 0;       // the process whose thread this is (fork() children get their own)
@@ -103,6 +104,9 @@ class Proxy {
   UniqueFd wakeFd_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  // The thread is in (or about to enter) its long idle sleep: post() must
+  // wake it. Cleared once it is awake.
+  std::atomic<bool> idleSleep_{false};
 
   std::mutex mu_;  // guards inbox_, netInbox_, dropRequests_, counts_, failedOwners_
   std::vector<P2pWatch> inbox_;
