@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
+#           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
 #           wincoll
 set -uo pipefail
@@ -250,6 +250,21 @@ for s in $stages; do
       done
     done
     ;;
+  lcostprof)
+    # Ferry's host submission per 16 MiB exchange with its CPU profile per
+    # launch phase, SM-free and kernel p2p, lazy and eager, then NCCL's.
+    stage lcostprof
+    for load in LAZY EAGER; do
+      for pass in 1 0; do
+        echo "-- CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass"
+        CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass FERRY_PROFILE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+          timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib $b/libnccl.so.2 --op sendrecv \
+          --bytes ${LCOST_BYTES:-16777216} 2>&1 | grep -E "submit|CPU profile" | sed "s|$b/libnccl.so.2|Ferry|"
+      done
+    done 2>&1 | tee "$out/lcostprof.txt"
+    timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib "$nccl" --op sendrecv \
+      --bytes ${LCOST_BYTES:-16777216} 2>&1 | grep submit | sed "s|$nccl|NCCL|" | tee -a "$out/lcostprof.txt"
+    ;;
   gpup2p)
     # The p2p GPU tests without the two large-message ones, plus graph capture.
     stage gpup2p
@@ -341,6 +356,13 @@ for s in $stages; do
     for sz in ${CESPLIT_SIZES:-16777216 268435456 1073741824}; do
       timeout 60 $b/bench/ferry-ce-split $sz ${CESPLIT_ITERS:-20}
     done
+    ;;
+  callcost)
+    # The CPU time of each CUDA call an SM-free launch makes (bench/call_cost.cu).
+    stage callcost
+    for sz in ${CALLCOST_SIZES:-16777216}; do
+      timeout 120 $b/bench/ferry-call-cost $sz ${CALLCOST_ROUNDS:-200}
+    done 2>&1 | tee "$out/callcost.txt"
     ;;
   zerosmcond)
     # Which condition makes a parked stream wait-value stall other streams'
