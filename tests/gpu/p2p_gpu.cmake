@@ -75,6 +75,12 @@ set_tests_properties(gpu.p2p.stress.ll PROPERTIES
 ferry_gpu_p2p_test(gpu.p2p.stagingcap stagingcap)
 set_tests_properties(gpu.p2p.stagingcap PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGING_MAX_BYTES=8388608;FERRY_P2P_STAGING_WAIT_MS=10000")
+# A new user stream for every exchange, past the 64 fences the engine
+# remembers (p2p_streams.cc), SM-free at every size, lazy and eager.
+ferry_gpu_p2p_test(gpu.p2p.newstreams newstreams ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_gpu_p2p_test(gpu.p2p.newstreams.eager newstreams)
+set_tests_properties(gpu.p2p.newstreams.eager PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;CUDA_MODULE_LOADING=EAGER")
 # The SM-free network path on 2 GPUs: each rank its own emulated host
 # (FERRY_TEST_RANKS_PER_HOST=1 sets NCCL_HOSTID), loopback sockets; written
 # in session 26, not yet run on a GPU.

@@ -3,7 +3,8 @@
 add_executable(mp_p2p ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_cases.cc
                       ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_util.cc
                       ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_staging.cc
-                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_chain.cc)
+                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_chain.cc
+                      ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/p2p_streams.cc)
 target_include_directories(mp_p2p PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/multiproc)
 target_link_libraries(mp_p2p PRIVATE ferry_test_buffers)
 
@@ -272,3 +273,6 @@ set_tests_properties(p2p.stagingcap.soft.n2 PROPERTIES ENVIRONMENT
 # receiver, never behind another's (trap 61: chaining them deadlocks).
 ferry_p2p_test(p2p.chain.n3 3 chain)
 set_tests_properties(p2p.chain.n3 PROPERTIES ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0")
+# A new user stream for every exchange, past the engine's 64 remembered
+# fences, some left pending (p2p_streams.cc); SM-free at every size.
+ferry_p2p_test(p2p.newstreams.n2 2 newstreams ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)

@@ -745,6 +745,7 @@ int main(int argc, char** argv) {
       {"latemany", caseLateMany},
       {"stagingcap", caseStagingCap},
       {"chain", caseChain},
+      {"newstreams", caseNewStreams},
   };
   return runCase(argc, argv, cases);
 }

@@ -57,6 +57,7 @@ void caseInPlace(World& w);
 void caseInPlaceMixed(World& w);
 void caseStagingCap(World& w);
 void caseChain(World& w);
+void caseNewStreams(World& w);
 // Whether the case can run: an even rank count and FERRY_P2P_STAGE_SENDS=1
 // (prints that it is skipped otherwise).
 bool stagedPairsOrSkip(const World& w, const char* name);
