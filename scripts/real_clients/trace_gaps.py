@@ -15,8 +15,15 @@ side (what it waited between), each gap split into the part before the CPU
 call that issued the activity after it returned (the GPU waited for the
 CPU: "cpu") and the rest (it waited for something else, a stream wait on
 another stream's work: "dep"), by the trace's correlation ids; on the CPU,
-the CUDA runtime and driver calls that took the most time. With several
-traces, one summary row each.
+the CUDA runtime and driver calls that took the most time; and the
+communication calls' CPU: torch's `nccl:*` annotations (`nccl:coalesced`
+is one p2p call's group end), their count and median span, and the CUDA
+calls inside them (same thread), so that two libraries' or two settings'
+calls can be compared call by call (session 32: SM-free 104 us median
+against kernel p2p's 42). With several traces, one summary row each.
+One profiled step is a weak measure of small CPU differences: the main
+thread's speed moved 1.5-1.9x between profiled steps of one process
+(NOTES.md trap 68).
 Runs on any machine (no torch needed): the traces are plain JSON."""
 import json
 import sys
@@ -80,6 +87,39 @@ def short(name: str, width: int = 48) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+def comm_calls(events: list) -> dict:
+    """Per `nccl:*` user annotation name: [count, total us, median us, {CUDA
+    call name: [count, total us]}] for the calls that lie wholly inside one
+    of its spans on the same thread."""
+    spans = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("nccl:"):
+            spans[e["name"]].append(e)
+    calls = [e for e in events if e.get("cat") in CPU_CALL_CATS]
+    found = {}
+    for name, es in spans.items():
+        durs = sorted(e["dur"] for e in es)
+        inner = defaultdict(lambda: [0, 0.0])
+        for c in calls:
+            for e in es:
+                if (c.get("tid") == e.get("tid") and c["ts"] >= e["ts"]
+                        and c["ts"] + c["dur"] <= e["ts"] + e["dur"]):
+                    inner[c["name"]][0] += 1
+                    inner[c["name"]][1] += c["dur"]
+                    break
+        found[name] = [len(es), sum(durs), durs[len(durs) // 2], dict(inner)]
+    return found
+
+
+def print_comm_calls(found: dict, out, top: int) -> None:
+    for name, (count, total, median, inner) in sorted(found.items()):
+        inside = sum(v[1] for v in inner.values())
+        print(f"{name}: {count} spans, {total:.1f} us (median {median:.1f}), CUDA calls inside "
+              f"{inside:.1f} us:", file=out)
+        for call, (n, dur) in sorted(inner.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"  {dur:9.1f} us  {n:5d} x {short(call)}", file=out)
+
+
 def analyze(path: str, out, top: int = 8) -> list:
     """Prints one trace's report; returns its summary rows, one per GPU."""
     events = load(path)
@@ -127,6 +167,7 @@ def analyze(path: str, out, top: int = 8) -> list:
         print(f"  {dur:9.1f} us  {count:5d} x {short(name)}", file=out)
     for r in rows:
         r["cuda_calls_us"] = total
+    print_comm_calls(comm_calls(events), out, top)
     print("", file=out)
     return rows
 

@@ -60,6 +60,39 @@ events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 9
 events.append({"ph": "i", "cat": "kernel", "name": "instant", "ts": 5, "pid": 100, "tid": 3})
 events.append({"ph": "M", "name": "process_name", "pid": 7})
 
+# Communication calls on their own thread (tid 8): disjoint nccl:* spans,
+# CUDA calls inside some of them (counted) and between them or on another
+# thread at the same time (not counted).
+comm_truth = {}
+t = 10000
+for name in ("nccl:coalesced", "nccl:all_reduce"):
+    durs, inner = [], {}
+    for _ in range(rng.randint(1, 12)):
+        dur = rng.randint(20, 400)
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "ts": t, "dur": dur,
+                       "pid": 7, "tid": 8})
+        durs.append(dur)
+        at = t
+        for _ in range(rng.randint(0, 4)):
+            cdur = rng.randint(1, 9)
+            if at + cdur > t + dur:
+                break
+            cname = rng.choice(["cudaMemcpyAsync", "cudaLaunchKernel"])
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": cname, "ts": at,
+                           "dur": cdur, "pid": 7, "tid": 8})
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": cname, "ts": at,
+                           "dur": cdur, "pid": 7, "tid": 9})  # another thread
+            cpu_total += 2 * cdur
+            inner.setdefault(cname, [0, 0])
+            inner[cname][0] += 1
+            inner[cname][1] += cdur
+            at += cdur + rng.randint(0, 5)
+        t += dur + rng.randint(1, 50)
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaEventQuery", "ts": t - 1,
+                       "dur": 1, "pid": 7, "tid": 8})  # between spans
+        cpu_total += 1
+    comm_truth[name] = (len(durs), sum(durs), sorted(durs)[len(durs) // 2], inner)
+
 path = os.path.join(tempfile.mkdtemp(prefix="trace-gaps-"), "trace.json")
 with open(path, "w") as f:
     json.dump({"traceEvents": events}, f)
@@ -98,6 +131,15 @@ for row in rows:
     check(table == {str(s): float(len(o)) for s, o in streams.items()},
           f"device {dev} busy per stream {table}")
     check(row["cuda_calls_us"] == cpu_total, f"CPU calls {cpu_total} us: {row}")
+
+found = trace_gaps.comm_calls(trace_gaps.load(path))
+check(set(found) == set(comm_truth), f"annotation names {sorted(found)}")
+for name, (count, total, median, inner) in comm_truth.items():
+    got = found.get(name, [None] * 4)
+    check(got[:3] == [count, total, median], f"{name}: {got[:3]} vs {[count, total, median]}")
+    check({k: list(v) for k, v in got[3].items()} == inner, f"{name} inner {got[3]} vs {inner}")
+    check(f"{name}: {count} spans, {float(total):.1f} us (median {float(median):.1f})" in report,
+          f"{name} line in the report")
 
 saved, sys.stdout = sys.stdout, io.StringIO()
 status = trace_gaps.main([])
