@@ -31,15 +31,6 @@
 
 namespace {
 
-#define CU_CHECK(call)                                                                             \
-  do {                                                                                             \
-    CUresult r_ = (call);                                                                          \
-    if (r_ != CUDA_SUCCESS) {                                                                      \
-      fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #call, static_cast<int>(r_)); \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
 __global__ void emptyKernel() {}
 
 __global__ void spinLike(const volatile uint64_t* word, uint64_t value, uint64_t timeout) {

@@ -15,3 +15,14 @@
       exit(1);                                                                              \
     }                                                                                       \
   } while (0)
+
+// CU_CHECK(call): the same for a CUDA driver call (the file using it
+// includes cuda.h).
+#define CU_CHECK(call)                                                                    \
+  do {                                                                                    \
+    CUresult r_ = (call);                                                                 \
+    if (r_ != CUDA_SUCCESS) {                                                             \
+      fprintf(stderr, "%s:%d %s: %d\n", __FILE__, __LINE__, #call, static_cast<int>(r_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)

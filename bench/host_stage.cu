@@ -26,15 +26,6 @@
 
 #include "cuda_check.h"
 
-#define CU_CHECK(call)                                                                    \
-  do {                                                                                    \
-    CUresult r_ = (call);                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                             \
-      fprintf(stderr, "%s:%d %s: %d\n", __FILE__, __LINE__, #call, static_cast<int>(r_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
 namespace {
 
 struct Gpu {
