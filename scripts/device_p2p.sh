@@ -138,13 +138,15 @@ for s in $stages; do
     ;;
   memopsuite)
     # The SM-free GPU suite and the lazy-loading scenario with zero-SM (memop)
-    # user waits, under both module-loading modes.
+    # user waits, under both module-loading modes; gpu.multidev too: peers in
+    # one process release each other's waits with write-values from their
+    # own streams, the case trap 22's probe deadlocked under lazy loading.
     stage memopsuite
     (cd $b && timeout 30 ctest -R "RuntimeCudaZc" --timeout 25 2>&1 | grep -E "Failed|tests passed")
     for mode in LAZY EAGER; do
       echo "--- $mode memop"
       (cd $b && CUDA_MODULE_LOADING=$mode FERRY_USER_WAIT=memop timeout 150 \
-        ctest -R "gpu.p2p|gpu.coll.mixed|gpu.coll.graph" -E "${MEMOP_EXCLUDE:-large}" --timeout 40 \
+        ctest -R "gpu.p2p|gpu.coll.mixed|gpu.coll.graph|gpu.multidev" -E "${MEMOP_EXCLUDE:-large}" --timeout 40 \
         >"$out/memopsuite-$mode.log" 2>&1
        grep -E "Failed|Timeout|tests passed" "$out/memopsuite-$mode.log" | head -12)
     done
