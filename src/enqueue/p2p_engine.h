@@ -207,7 +207,7 @@ class P2pEngine {
   [[nodiscard]] Status orderAfter(rt::Stream& later, rt::Stream& earlier);
   void countTask(const P2pTask& t, bool zeroCopy);
   [[nodiscard]] bool waitFences(int64_t timeoutMs);
-  // Records stream `k` of a launch's fence (finishStepped).
+  // Re-records user stream `handle`'s fence on `stream` (finishStepped).
   [[nodiscard]] Status recordFence(void* handle, rt::Stream& stream);
 
   rt::Runtime* runtime_ = nullptr;
