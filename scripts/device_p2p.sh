@@ -29,6 +29,12 @@ ferryOnly() {
   timeout 60 $run --timeout 55 $b/bench/ferry-bench "$ops" "$@" --inplace no --lib $b/libnccl.so.2 2>&1 |
     grep -E "^\[0\] +[0-9]" | awk '{print $2, $7, $9}'
 }
+# ferry-launch-cost's 2-rank line (rank 0's "submit" and, with FERRY_PROFILE,
+# every rank's CPU profile) for library $1, op $2, $3 bytes.
+launchCost() {
+  timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib "$1" --op "$2" --bytes "$3" 2>&1 |
+    grep -E "submit|CPU profile" | sed "s|$b/libnccl.so.2|Ferry|; s|$nccl|NCCL|"
+}
 for s in $stages; do
   case $s in
   build)
@@ -246,8 +252,7 @@ for s in $stages; do
     for op in ${LCOST_OPS:-sendrecv allreduce}; do
       for bytes in ${LCOST_BYTES:-8 65536 1048576}; do
         for lib in $b/libnccl.so.2 "$nccl"; do
-          timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib "$lib" --op $op --bytes $bytes 2>&1 |
-            grep -E "submit" | sed "s|$b/libnccl.so.2|Ferry|; s|$nccl|NCCL|"
+          launchCost "$lib" $op $bytes
         done
       done
     done
@@ -259,13 +264,11 @@ for s in $stages; do
     for load in LAZY EAGER; do
       for pass in 1 0; do
         echo "-- CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass"
-        CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass FERRY_PROFILE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
-          timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib $b/libnccl.so.2 --op sendrecv \
-          --bytes ${LCOST_BYTES:-16777216} 2>&1 | grep -E "submit|CPU profile" | sed "s|$b/libnccl.so.2|Ferry|"
+        CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass FERRY_PROFILE=1 NCCL_DEBUG=INFO \
+          NCCL_DEBUG_SUBSYS=INIT launchCost $b/libnccl.so.2 sendrecv ${LCOST_BYTES:-16777216}
       done
     done 2>&1 | tee "$out/lcostprof.txt"
-    timeout 60 $run --timeout 55 $b/bench/ferry-launch-cost --lib "$nccl" --op sendrecv \
-      --bytes ${LCOST_BYTES:-16777216} 2>&1 | grep submit | sed "s|$nccl|NCCL|" | tee -a "$out/lcostprof.txt"
+    launchCost "$nccl" sendrecv ${LCOST_BYTES:-16777216} | tee -a "$out/lcostprof.txt"
     ;;
   gpup2p)
     # The p2p GPU tests without the two large-message ones, plus graph capture.
