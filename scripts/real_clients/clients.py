@@ -56,7 +56,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from common import (H, TIME_STEPS, Reporter, VariantGroups, ab_variants, library_in_use, mse,
-                    rel_err, seeded, sync_max)
+                    rel_err, seeded, slowest_median, sync_max)
 from pipe_case import LOOPED, SINGLE, V_SHAPED, case_pipe
 from procutil import pin_near_gpu
 
@@ -218,9 +218,9 @@ def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
         del inp, want
     for k, label in enumerate(groups.labels):
         # host_ms: the call itself on the CPU (this rank's median, then the max).
-        fields = {"median_ms": round(sync_max(sorted(times[k])[len(times[k]) // 2], device), 4),
-                  "host_ms": round(sync_max(sorted(host[k])[len(host[k]) // 2], device), 4),
-                  "iters": iters, "max_rows": max_rows}
+        fields = {"median_ms": slowest_median(times[k], device),
+                  "host_ms": slowest_median(host[k], device), "iters": iters,
+                  "max_rows": max_rows}
         fields.update(groups.ab_fields(k, times, lambda v: sync_max(v, device)))
         rep.emit(label, ok[k], **fields)
     torch.cuda.synchronize()
@@ -257,21 +257,17 @@ def case_batch(rep: Reporter, rank: int, world: int, device, seed: int):
             print(f"rank {rank}: batch_isend_irecv {n * 4} B iteration {it} WRONG", flush=True)
         return start.elapsed_time(end), (h1 - h0) * 1000, good
 
-    def median(xs):
-        xs = sorted(xs)
-        return round(sync_max(xs[len(xs) // 2], device), 4)
-
     for n in [1024, 256 << 10, 4 << 20, 64 << 20]:  # floats: 4 KiB .. 256 MiB
         runs = [one(n, it, False) for it in range(8)]
         ok = ok and all(r[2] for r in runs)
-        fields[f"ms_{n * 4}B"] = median([r[0] for r in runs[2:]])
+        fields[f"ms_{n * 4}B"] = slowest_median([r[0] for r in runs[2:]], device)
         # The CPU's time to issue the batch and its waits (the timed interval
         # starts on an idle GPU, so it holds this too).
-        fields[f"host_ms_{n * 4}B"] = median([r[1] for r in runs[2:]])
+        fields[f"host_ms_{n * 4}B"] = slowest_median([r[1] for r in runs[2:]], device)
     for n in [1024, 256 << 10]:
         runs = [one(n, 8 + it, True) for it in range(6)]
         ok = ok and all(r[2] for r in runs)
-        fields[f"synced_ms_{n * 4}B"] = median([r[0] for r in runs[2:]])
+        fields[f"synced_ms_{n * 4}B"] = slowest_median([r[0] for r in runs[2:]], device)
     rep.emit("batch", ok, **fields)
 
 
@@ -312,11 +308,9 @@ def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
         if rank == 0 and not torch.allclose(grad, want, rtol=1e-6, atol=1e-5):
             ok = False
             print(f"rank 0: blocking send/recv iteration {it} WRONG", flush=True)
-    times.sort()
-    host.sort()
     # host_ms: the CPU time of this rank's send/recv calls in a step.
-    rep.emit("blocking", ok, median_ms=round(sync_max(times[len(times) // 2], device), 4),
-             host_ms=round(sync_max(host[len(host) // 2], device), 4))
+    rep.emit("blocking", ok, median_ms=slowest_median(times, device),
+             host_ms=slowest_median(host, device))
 
 
 # ---- compute beside SM-free traffic (issue 16) ---------------------------------
@@ -383,7 +377,7 @@ def overlap_kind(kind, rank, world, device, seed, mm, rounds=5, iters=40):
     bus = (world - 1) / world if kind == "alltoall" else 1.0
     gbps = lambda ms: round(n * 4 * bus / (ms * 1e-3) / 1e9, 1)
     slowdowns.sort()
-    return ok, {f"{kind}_slowdown": round(sync_max(slowdowns[len(slowdowns) // 2], device), 4),
+    return ok, {f"{kind}_slowdown": slowest_median(slowdowns, device),
                 f"{kind}_slowdowns": [round(x, 4) for x in slowdowns],
                 f"{kind}_gbps_alone": gbps(sync_max(comm_alone, device)),
                 f"{kind}_gbps_beside": gbps(sync_max(sorted(comm_beside)[rounds // 2], device)),

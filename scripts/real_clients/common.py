@@ -39,6 +39,16 @@ def sync_max(value: float, device) -> float:
     return float(t.item())
 
 
+def upper_median(values) -> float:
+    """The middle value (the upper one of an even count)."""
+    return sorted(values)[len(values) // 2]
+
+
+def slowest_median(values, device, digits: int = 4) -> float:
+    """This rank's median of `values`, then the largest over the ranks."""
+    return round(sync_max(upper_median(values), device), digits)
+
+
 def seeded(seed: int, *shape, dtype=torch.float32, device="cpu") -> torch.Tensor:
     """Reproducible on every rank (same seed, same generator kind), drawn
     where it is used: CPU generation of 100M-element batches would dominate
@@ -93,8 +103,8 @@ class VariantGroups:
         words; nothing for the default group."""
         if k == 0:
             return {}
-        ratios = sorted(b / a for a, b in zip(times[0], times[k]) if a > 0)
-        return {"b_over_a": round(agree(ratios[len(ratios) // 2]), 4), "ab_env": self.words[k]}
+        ratio = upper_median([b / a for a, b in zip(times[0], times[k]) if a > 0])
+        return {"b_over_a": round(agree(ratio), 4), "ab_env": self.words[k]}
 
     def destroy(self):
         """Every rank calls it with the same groups."""

@@ -10,7 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import H, TIME_STEPS, Reporter, VariantGroups, mse, rel_err, seeded, sync_max
+from common import (H, TIME_STEPS, Reporter, VariantGroups, mse, rel_err, seeded, slowest_median,
+                    sync_max, upper_median)
 from procutil import busy_threads, pin_main_thread, thread_cpu
 
 MB_ROWS = 2048      # rows per micro-batch: 2048 x 4096 bf16 = 16 MiB activations
@@ -173,10 +174,10 @@ class PipeRun:
         """step_ms and host_ms (the slowest rank's medians), comm_ms: the
         step's CPU inside the p2p calls (the library's enqueue cost, torch's
         own included), this rank's median; a part of host_ms."""
-        med = lambda v: sorted(v)[len(v) // 2]
-        return {"step_ms": round(sync_max(med(self.step_times), device), 3),
-                "host_ms": round(sync_max(med(self.host_times), device), 3),
-                "comm_ms": round(med(self.comm_times), 3), "comm_calls": max(self.comm_calls)}
+        return {"step_ms": slowest_median(self.step_times, device, 3),
+                "host_ms": slowest_median(self.host_times, device, 3),
+                "comm_ms": round(upper_median(self.comm_times), 3),
+                "comm_calls": max(self.comm_calls)}
 
 
 def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int, case=None):

@@ -135,7 +135,7 @@ destroyed = []
 pipe_case.dist.destroy_process_group = destroyed.append
 pipe_case.stage_module = lambda index, seed: FakeModule()
 pipe_case.pipe_batch = lambda seed, step, device: (None, None)
-pipe_case.sync_max = lambda value, device: value
+pipe_case.sync_max = common.sync_max = lambda value, device: value  # no process group
 pipe_case.check_pipe_step = lambda *args: 0.0
 pipe_case.nn.Sequential = lambda *mods: FakeModule()
 rep = SimpleNamespace(tag="t", emit=lambda case, ok, **f: emitted.append((case, ok, f)))
