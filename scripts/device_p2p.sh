@@ -260,12 +260,15 @@ for s in $stages; do
   lcostprof)
     # Ferry's host submission per 16 MiB exchange with its CPU profile per
     # launch phase, SM-free and kernel p2p, lazy and eager, then NCCL's.
+    # (LCOST_USER_WAITS: FERRY_USER_WAIT values of the SM-free runs, default auto.)
     stage lcostprof
     for load in LAZY EAGER; do
-      for pass in 1 0; do
-        echo "-- CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass"
-        CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass FERRY_PROFILE=1 NCCL_DEBUG=INFO \
-          NCCL_DEBUG_SUBSYS=INIT launchCost $b/libnccl.so.2 sendrecv ${LCOST_BYTES:-16777216}
+      for wait in ${LCOST_USER_WAITS:-auto} kernelp2p; do
+        pass=1
+        [ $wait = kernelp2p ] && pass=0 wait=auto
+        echo "-- CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass FERRY_USER_WAIT=$wait"
+        CUDA_MODULE_LOADING=$load NCCL_PASS_SM=$pass FERRY_USER_WAIT=$wait FERRY_PROFILE=1 \
+          NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT launchCost $b/libnccl.so.2 sendrecv ${LCOST_BYTES:-16777216}
       done
     done 2>&1 | tee "$out/lcostprof.txt"
     launchCost "$nccl" sendrecv ${LCOST_BYTES:-16777216} | tee -a "$out/lcostprof.txt"
