@@ -4,7 +4,7 @@
 # NCCL (torch's wheel). Every stage has its own time limit; logs go to $OUT.
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
-#           coll collbench kp2p memop memopgdb memopsuite floor alias pieces nostage kmax lanes collsan llsweep
+#           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
 #           wincoll
@@ -142,19 +142,23 @@ for s in $stages; do
       echo "exit $?"; grep -E "PASS|FAIL" "$log" | head -3; grep TRACE "$log" | tail -6 | cut -c1-240
     done
     ;;
-  memopsuite)
-    # The SM-free GPU suite and the lazy-loading scenario with zero-SM (memop)
-    # user waits, under both module-loading modes; gpu.multidev too: peers in
-    # one process release each other's waits with write-values from their
-    # own streams, the case trap 22's probe deadlocked under lazy loading.
-    stage memopsuite
+  memopsuite | waitsuite)
+    # The SM-free GPU suite and the lazy-loading scenario with the user waits
+    # of FERRY_USER_WAIT=$SUITE_WAIT (waitsuite: default kernel, the spin
+    # kernel the default no longer uses; memopsuite: memop), under both
+    # module-loading modes; gpu.multidev too: peers in one process release
+    # each other's waits with write-values from their own streams, the case
+    # trap 22's probe deadlocked under lazy loading.
+    stage $s
+    w=memop
+    [ $s = waitsuite ] && w=${SUITE_WAIT:-kernel}
     (cd $b && timeout 30 ctest -R "RuntimeCudaZc" --timeout 25 2>&1 | grep -E "Failed|tests passed")
     for mode in LAZY EAGER; do
-      echo "--- $mode memop"
-      (cd $b && CUDA_MODULE_LOADING=$mode FERRY_USER_WAIT=memop timeout 150 \
+      echo "--- $mode $w"
+      (cd $b && CUDA_MODULE_LOADING=$mode FERRY_USER_WAIT=$w timeout 150 \
         ctest -R "gpu.p2p|gpu.coll.mixed|gpu.coll.graph|gpu.multidev" -E "${MEMOP_EXCLUDE:-large}" --timeout 40 \
-        >"$out/memopsuite-$mode.log" 2>&1
-       grep -E "Failed|Timeout|tests passed" "$out/memopsuite-$mode.log" | head -12)
+        >"$out/$s-$mode.log" 2>&1
+       grep -E "Failed|Timeout|tests passed" "$out/$s-$mode.log" | head -12)
     done
     ;;
   floor)

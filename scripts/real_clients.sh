@@ -17,7 +17,8 @@
 #           summary    the tables (always last)
 # Modes: nccl-lazy nccl-eager (NVIDIA's NCCL), ferry-lazy ferry-eager (Ferry,
 # SM-free default), kernel-lazy kernel-eager (Ferry, NCCL_PASS_SM=0),
-# memop-lazy memop-eager (Ferry SM-free with zero-SM stream waits); lazy is
+# memop-lazy memop-eager (Ferry SM-free, FERRY_USER_WAIT=memop: the default
+# since session 33), spin-lazy spin-eager (FERRY_USER_WAIT=kernel); lazy is
 # torch's default module loading, eager is CUDA_MODULE_LOADING=EAGER. A mode
 # may carry a suffix to repeat it as its own column (ferry-lazy-r2); "-roots"
 # in a mode's name sets TORCH_NCCL_RANKS_PER_ROOT=1, so torch initializes
@@ -77,6 +78,7 @@ mode_env() {
   ferry-*) e="LD_PRELOAD=$ferry" ;;
   kernel-*) e="LD_PRELOAD=$ferry NCCL_PASS_SM=0" ;;
   memop-*) e="LD_PRELOAD=$ferry FERRY_USER_WAIT=memop" ;;
+  spin-*) e="LD_PRELOAD=$ferry FERRY_USER_WAIT=kernel" ;;
   esac
   case $1 in *-eager*) e="$e CUDA_MODULE_LOADING=EAGER" ;; esac
   case $1 in *-roots*) e="$e TORCH_NCCL_RANKS_PER_ROOT=1" ;; esac

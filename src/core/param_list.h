@@ -96,7 +96,7 @@
   X(UserWait, "FERRY_USER_WAIT", String, "auto",                                                  \
     "How a user stream waits for SM-free completion: memop (cuStreamWaitValue, zero SMs; the "    \
     "spin kernel still on the legacy NULL stream and with CUDA_DEVICE_MAX_CONNECTIONS=1), kernel " \
-    "(a one-thread spin kernel: costs a GEMM beside it 5-7%), auto (kernel on CUDA).")            \
+    "(a one-thread spin kernel: one warp, ~3 us more CPU per wait), auto (memop).")               \
   X(P2pStageSends, "FERRY_P2P_STAGE_SENDS", String, "auto",                                        \
     "1: a send that arrives before its receiver copies its payload to a staging block on its "    \
     "own stream and never waits for the receiver; 0: never; auto: on CUDA under lazy loading.")   \

@@ -63,23 +63,31 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->selfCopy_ = ctx.params->getInt(ParamId::P2pSelfCopy) != 0;
   e->userStreamCopy_ = ctx.params->getInt(ParamId::P2pUserStreamCopy) != 0;
   const std::string& wait = ctx.params->getString(ParamId::UserWait);
+  if (wait != "memop" && wait != "kernel" && wait != "auto") {
+    FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
+  }
   // A parked wait-value blocks its hardware queue: with a single device
   // connection every stream shares that queue and stops behind it (NOTES.md
   // trap 16, ferry-zerosm-cond). The spin kernel keeps the queue moving.
-  const bool oneQueue = atoi(envString("CUDA_DEVICE_MAX_CONNECTIONS").c_str()) == 1;
-  bool memop = wait == "memop";
-  if (memop && oneQueue && ctx.runtime->kind() == rt::RuntimeKind::Cuda) {
-    FERRY_WARN(
-        "FERRY_USER_WAIT=memop with CUDA_DEVICE_MAX_CONNECTIONS=1: a parked stream wait would "
-        "stop every stream of the process; using the one-thread spin kernel instead");
+  const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
+  const bool oneQueue = cuda && atoi(envString("CUDA_DEVICE_MAX_CONNECTIONS").c_str()) == 1;
+  // auto = stream memory operations (zero SMs), validated on 2x H200 under
+  // lazy and eager loading, one and several devices per process (NOTES.md
+  // trap 16); the host runtime's spin wait is its stream wait anyway.
+  bool memop = wait != "kernel";
+  if (memop && oneQueue) {
+    if (wait == "memop") {
+      FERRY_WARN(
+          "FERRY_USER_WAIT=memop with CUDA_DEVICE_MAX_CONNECTIONS=1: a parked stream wait "
+          "would stop every stream of the process; using the one-thread spin kernel instead");
+    } else {
+      FERRY_INFO(kLogP2p | kLogInit,
+                 "CUDA_DEVICE_MAX_CONNECTIONS=1: user streams wait with the one-thread spin "
+                 "kernel (a parked stream wait would stop every stream of the process)");
+    }
     memop = false;
-  } else if (wait != "memop" && wait != "kernel" && wait != "auto") {
-    FERRY_WARN("FERRY_USER_WAIT=%s is not auto|memop|kernel; using auto", wait.c_str());
   }
-  // auto = the spin kernel on CUDA (a zero-SM default awaits its GPU
-  // validation: NOTES.md trap 16); the host runtime's spin wait is its
-  // stream wait.
-  e->spinWait_ = !memop && (wait == "kernel" || ctx.runtime->kind() == rt::RuntimeKind::Cuda);
+  e->spinWait_ = cuda && !memop;
   const bool lazyCuda =
       ctx.runtime->kind() == rt::RuntimeKind::Cuda && ctx.runtime->lazyModuleLoading();
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);

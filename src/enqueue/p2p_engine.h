@@ -16,9 +16,10 @@
 //      by the CPU, after a GPU wait for it);
 //   4. the user stream's waits: for its own copies (events), and, as the
 //      first side, until the peer's copy has landed (`done`).
-// User-stream waits on flags use a one-thread spin kernel on CUDA
-// (FERRY_USER_WAIT=auto; a stream wait-value keeps other streams' kernels
-// from running on H200, NOTES.md trap 16), or cuStreamWaitValue64 (memop).
+// User-stream waits on flags are cuStreamWaitValue64 (FERRY_USER_WAIT=auto
+// or memop: zero SMs), or a one-thread spin kernel (kernel; also on the
+// legacy NULL stream and with CUDA_DEVICE_MAX_CONNECTIONS=1, where a parked
+// wait-value would stop other streams' work: NOTES.md trap 16).
 // Sends to self and receives from self that pair up one to one in a group
 // skip all of this: each pair is one copy on the receive's stream, ordered
 // against the send's stream by events (FERRY_P2P_SELF_COPY).

@@ -27,8 +27,9 @@ set_tests_properties(gpu.p2p.self.noselfcopy PROPERTIES
 if(FERRY_CUDA)
   add_executable(gpu_p2p_lazy ${CMAKE_CURRENT_SOURCE_DIR}/gpu/p2p_lazy.cu)
   target_link_libraries(gpu_p2p_lazy PRIVATE nccl CUDA::cudart)
-  # memop waits are opt-in while they hang on our control blocks (NOTES.md)
-  foreach(variant "LAZY;auto" "EAGER;auto" "LAZY;kernel")
+  # auto is memop (zero-SM stream waits); kernel keeps the spin kernel
+  # covered, and with one device connection auto falls back to it (trap 16).
+  foreach(variant "LAZY;auto" "EAGER;auto" "LAZY;kernel" "EAGER;kernel")
     list(GET variant 0 loading)
     list(GET variant 1 wait)
     add_test(NAME gpu.p2p.lazy_loading.${loading}.${wait}
@@ -37,6 +38,11 @@ if(FERRY_CUDA)
     set_tests_properties(gpu.p2p.lazy_loading.${loading}.${wait} PROPERTIES LABELS gpu TIMEOUT 150
       SKIP_RETURN_CODE 77 ENVIRONMENT "CUDA_MODULE_LOADING=${loading};FERRY_USER_WAIT=${wait}")
   endforeach()
+  add_test(NAME gpu.p2p.lazy_loading.LAZY.auto.oneconn
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+            $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 120 $<TARGET_FILE:gpu_p2p_lazy>)
+  set_tests_properties(gpu.p2p.lazy_loading.LAZY.auto.oneconn PROPERTIES LABELS gpu TIMEOUT 150
+    SKIP_RETURN_CODE 77 ENVIRONMENT "CUDA_MODULE_LOADING=LAZY;CUDA_DEVICE_MAX_CONNECTIONS=1")
 endif()
 # SM-free p2p at every size (small messages default to kernel p2p).
 ferry_gpu_p2p_test(gpu.p2p.alltoall.smfree alltoall ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
