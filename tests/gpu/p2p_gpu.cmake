@@ -29,20 +29,29 @@ if(FERRY_CUDA)
   target_link_libraries(gpu_p2p_lazy PRIVATE nccl CUDA::cudart)
   # auto is memop (zero-SM stream waits); kernel keeps the spin kernel
   # covered, and with one device connection auto falls back to it (trap 16).
-  foreach(variant "LAZY;auto" "EAGER;auto" "LAZY;kernel" "EAGER;kernel")
+  # Each test also fails if the init's INFO line names the other wait.
+  set(memop_line "user streams wait with stream memory operations")
+  set(spin_line "user streams wait with a one-thread spin kernel")
+  foreach(variant "LAZY;auto;;${spin_line}" "EAGER;auto;;${spin_line}"
+                  "LAZY;kernel;;${memop_line}" "EAGER;kernel;;${memop_line}"
+                  "LAZY;auto;oneconn;${memop_line}")
     list(GET variant 0 loading)
     list(GET variant 1 wait)
-    add_test(NAME gpu.p2p.lazy_loading.${loading}.${wait}
+    list(GET variant 2 suffix)
+    list(GET variant 3 wrong_line)
+    set(name gpu.p2p.lazy_loading.${loading}.${wait})
+    set(env "CUDA_MODULE_LOADING=${loading};FERRY_USER_WAIT=${wait}")
+    list(APPEND env "NCCL_DEBUG=INFO" "NCCL_DEBUG_SUBSYS=INIT")
+    if(suffix STREQUAL "oneconn")
+      set(name ${name}.oneconn)
+      list(APPEND env "CUDA_DEVICE_MAX_CONNECTIONS=1")
+    endif()
+    add_test(NAME ${name}
       COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
               $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 120 $<TARGET_FILE:gpu_p2p_lazy>)
-    set_tests_properties(gpu.p2p.lazy_loading.${loading}.${wait} PROPERTIES LABELS gpu TIMEOUT 150
-      SKIP_RETURN_CODE 77 ENVIRONMENT "CUDA_MODULE_LOADING=${loading};FERRY_USER_WAIT=${wait}")
+    set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 150 SKIP_RETURN_CODE 77
+      ENVIRONMENT "${env}" FAIL_REGULAR_EXPRESSION "${wrong_line}")
   endforeach()
-  add_test(NAME gpu.p2p.lazy_loading.LAZY.auto.oneconn
-    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
-            $<TARGET_FILE:ferry-run> -n 2 --runtime cuda --timeout 120 $<TARGET_FILE:gpu_p2p_lazy>)
-  set_tests_properties(gpu.p2p.lazy_loading.LAZY.auto.oneconn PROPERTIES LABELS gpu TIMEOUT 150
-    SKIP_RETURN_CODE 77 ENVIRONMENT "CUDA_MODULE_LOADING=LAZY;CUDA_DEVICE_MAX_CONNECTIONS=1")
 endif()
 # SM-free p2p at every size (small messages default to kernel p2p).
 ferry_gpu_p2p_test(gpu.p2p.alltoall.smfree alltoall ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
