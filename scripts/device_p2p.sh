@@ -622,14 +622,17 @@ for s in $stages; do
     # none) and module-loading mode of P2PSWEEP_MODES: one line per setting,
     # "op size A-us/B-us A/B-busbw | ..." (a later CUDA_MODULE_LOADING in a
     # setting overrides the mode).
+    # P2P_LIMIT_S: seconds per setting (140; a 4 KiB-1 GiB sweep of two ops
+    # with 3 rounds needs ~150).
     stage p2psweep
+    p2pLimit=${P2P_LIMIT_S:-140}
     IFS=';' read -ra settings <<<"${P2PSWEEP:-default}"
     i=0
     for mode in ${P2PSWEEP_MODES:-LAZY}; do
       for setting in "${settings[@]}"; do
         envs=""; [ "$setting" = default ] || envs=$setting
         i=$((i + 1))
-        env CUDA_MODULE_LOADING=$mode $envs timeout 150 $run --timeout 140 $b/bench/ferry-bench \
+        env CUDA_MODULE_LOADING=$mode $envs timeout $((p2pLimit + 10)) $run --timeout $p2pLimit $b/bench/ferry-bench \
           ${P2PSWEEP_OPS:-sendrecv} -b ${P2P_MIN:-1M} -e ${P2P_MAX:-16M} -f ${P2P_F:-2} \
           -w ${P2P_WARMUP:-20} -n ${P2P_ITERS:-50} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
           --rounds ${P2P_ROUNDS:-3} >"$out/p2psweep-$i.txt" 2>&1

@@ -191,7 +191,7 @@ void Comm::progress() {
   if (failure() != ncclSuccess) return;
   if (send_) {
     progressSendCtrl();
-  } else {
+  } else if (!peerClosed_) {
     progressRecvCtrl();
   }
 }
@@ -283,7 +283,16 @@ bool Comm::readAnnouncement(Request& r) {
   IoResult res = recvSome(ctrl_.fd(), ctrlBuf_ + ctrlOff_, kCtrlBytes - ctrlOff_, &n, &err);
   if (res == IoResult::kWouldBlock) return false;
   if (res != IoResult::kProgress && err == 0 && ctrlOff_ == 0) {
-    closedByPeer("net/socket: %s closed the connection", peer_.c_str());
+    // A clean end between messages: the sender left after its last one,
+    // whose chunks may still be on their way through the data sockets.
+    // Failing the comm here would make the helpers drop them (a ring hop's
+    // last slot lost, its kernel waiting forever), so only the receives
+    // that no announcement will ever match fail (test()).
+    peerClosed_ = true;
+    FERRY_INFO(kLogNet,
+               "net/socket: %s closed the connection after message %llu; receives posted "
+               "beyond it fail",
+               peer_.c_str(), static_cast<unsigned long long>(r.seq));
     return false;
   }
   if (res != IoResult::kProgress) {
@@ -327,6 +336,13 @@ Status Comm::test(Request* r, int* done, size_t* size) {
   }
   progress();
   Status failed = failure();
+  if (!send_ && peerClosed_ && !r->ctrlDone && failed == ncclSuccess) {
+    // Never announced, and the sender is gone: this receive cannot match.
+    r->inUse = false;
+    FERRY_INFO(kLogNet, "net/socket: receive %llu from %s failed: the sender closed before it",
+               static_cast<unsigned long long>(r->seq), peer_.c_str());
+    return ncclSystemError;
+  }
   // Acquire: pairs with the workers' release increments; every chunk's bytes
   // are in place (or abandoned for good) once the count is complete.
   if ((!r->ctrlDone && failed == ncclSuccess) ||

@@ -264,6 +264,10 @@ class Comm {
   uint8_t ctrlBuf_[kCtrlBytes] = {};
   size_t ctrlOff_ = 0;
   int nextSock_ = 0;
+  // Receive side: the sender closed its end at a message boundary. The
+  // messages it announced before still arrive on the data sockets (the
+  // helpers read them as usual); receives posted beyond them fail.
+  bool peerClosed_ = false;
   bool workersStarted_ = false;
   std::vector<std::vector<Task>> batches_;
   // Set once (first failure wins, compare-exchange acq_rel), read by all.

@@ -516,6 +516,42 @@ TEST(SocketNetFailure, SenderClosesMidTransfer) {
   EXPECT_EQ(s, ncclSystemError);
 }
 
+// The sender's last message is complete on its side (its bytes are in the
+// kernel's socket buffers), then it closes, as a rank does that leaves after
+// its last collective; the receiver reads the announcement only afterwards,
+// with one more receive posted ahead (a ring hop's). The announced message
+// must arrive whole: the close ends the stream after it, so only the
+// receive posted beyond it fails (coll.hosts.stress.3x2 hung in CI when the
+// close dropped a message still in the data sockets).
+TEST(SocketNetFailure, SenderClosesAfterItsLastMessage) {
+  auto net = makeNet(loParams(2, 2));
+  ASSERT_TRUE(net);
+  test::Rng rng(test::testSeed(), 0xC105E);
+  for (int round = 0; round < 5; ++round) {
+    Link l{net.get(), net.get()};
+    ASSERT_TRUE(connectLink(&l));
+    std::vector<uint8_t> src(1 << 20), dst(1 << 20, kPoison), ahead(64, kPoison);
+    fillRandom(src, rng);
+    void* rreq = postRecv(l, dst.data(), dst.size());
+    void* aheadReq = postRecv(l, ahead.data(), ahead.size());
+    void* sreq = postSend(l, src.data(), src.size());
+    ASSERT_TRUE(rreq && aheadReq && sreq);
+    size_t n = 0;
+    ASSERT_TRUE(waitRequest(net.get(), sreq, &n)) << "1 MiB fits in the socket buffers";
+    ASSERT_EQ(net->closeSend(l.send), ncclSuccess);
+    l.send = nullptr;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the FIN arrives
+    Status s = ncclSuccess;
+    ASSERT_TRUE(waitRequest(net.get(), rreq, &n, &s, 5000));
+    ASSERT_EQ(s, ncclSuccess) << "round " << round << ": the last message was dropped";
+    ASSERT_EQ(n, src.size());
+    EXPECT_EQ(firstBadByte(dst, src, n), -1) << "round " << round;
+    ASSERT_TRUE(waitRequest(net.get(), aheadReq, &n, &s, 5000));
+    EXPECT_EQ(s, ncclSystemError) << "a receive beyond the last message fails";
+    EXPECT_EQ(firstBadByte(ahead, src, 0), -1) << "nothing lands in the receive posted ahead";
+  }
+}
+
 // Closing both ends with requests in flight frees everything (ASan/LSan
 // builds check the leak part) and never hangs.
 TEST(SocketNetFailure, CloseWithRequestsInFlight) {
