@@ -88,8 +88,7 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
     memop = false;
   }
   e->spinWait_ = cuda && !memop;
-  const bool lazyCuda =
-      ctx.runtime->kind() == rt::RuntimeKind::Cuda && ctx.runtime->lazyModuleLoading();
+  const bool lazyCuda = cuda && ctx.runtime->lazyModuleLoading();
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);
   e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;

@@ -11,12 +11,13 @@
 // The loop: take newly posted watches and network ops, serve RPC requests,
 // check every watch, progress the network; sleep in poll() on an eventfd
 // and the RPC sockets: for 50 ms when idle (a post() wakes it), 1 ms while
-// messages are watched (a post() does not: the watch waits for the tick). While network transfers
-// or ring hops across hosts exist it polls them: without sleeping (sched_yield between passes)
-// until FERRY_PROXY_SPIN_US pass with nothing moved, posted or kicked, then in naps of 20-200 us
-// that a post or kick() cuts short. A nap on every idle pass (the first version) put up to 200 us
-// on each side of every message and ring hop: ~0.4-1 ms per small operation across hosts on 2x
-// H200.
+// messages are watched (a post() does not: the watch waits for the tick).
+// While network transfers or ring hops across hosts exist it polls them:
+// without sleeping (sched_yield between passes) until FERRY_PROXY_SPIN_US
+// pass with nothing moved, posted or kicked, then in naps of 20-200 us that
+// a post or kick() cuts short. A nap on every idle pass (the first version)
+// put up to 200 us on each side of every message and ring hop: ~0.4-1 ms
+// per small operation across hosts on 2x H200.
 //
 // Threading: post/detach are called from user threads; everything else
 // runs on the proxy thread. Lifetime: acquire() starts the thread on first
