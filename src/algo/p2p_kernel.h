@@ -43,8 +43,13 @@ constexpr int kSmallKernelP2pBlocks = 64;
 constexpr int kMaxKernelP2pLanes = 16;
 constexpr int kDefaultKernelP2pLanes = 16;
 constexpr int kKernelP2pLaneBlockBudget = 64;
-// The peer LL FIFO is sized for this many lanes; more lanes grow it.
-constexpr int kLlFifoLanes = 8;
+// The peer LL FIFO is sized for this many lanes; more lanes grow it, so a
+// lane's LL share stays FERRY_COLL_SLOTS x the LL slot / 2 (128 KiB on CUDA):
+// two slots of 32 KiB payload, and a 512 KiB message (FERRY_P2P_LL_MAX_BYTES)
+// on 16 lanes crosses in one slot per lane, never waiting for one to drain.
+// Sized for 8 lanes (a 32 KiB share), a 512 KiB LL sendrecv took 13.4 us,
+// sized for 2 10.8 (2x H200, session 34; NCCL 12.8, the FIFO protocol 13.0).
+constexpr int kLlFifoLanes = 2;
 
 // Parts a message of `bytes` is cut into: one per `laneBytes`, at most `lanes`.
 FERRY_HD inline uint32_t p2pLaneCount(uint64_t bytes, uint32_t lanes, uint64_t laneBytes) {

@@ -98,10 +98,11 @@ Status resolvePeerFifo(const RingSetupContext& ctx, RingResources* res) {
 // Each lane gets 1/lanes of the peer's FIFO, cut into `laneSlots` slots
 // (FERRY_P2P_KERNEL_LANE_SLOTS; 0: the collective slot count). A function of
 // the knobs and the rank count only: every rank must agree. For the peers
-// part (`peers`) the LL FIFO grows past 8 lanes, so that a lane's LL slot
+// part (`peers`) the LL FIFO grows past 2 lanes, so that a lane's LL slot
 // still holds a whole FERRY_P2P_LL_LANE_BYTES part (at 16 lanes and the
 // rings' LL size, 16-64 KiB messages took two slots a part: 1.06x NCCL
-// instead of 1.25x, session 24).
+// instead of 1.25x, session 24), and a lane's part of a 512 KiB message
+// (algo::kLlFifoLanes says why).
 Status resolveLanes(const RingSetupContext& ctx, int nranks, bool peers, RingResources* res) {
   const bool cuda = ctx.runtime->kind() == rt::RuntimeKind::Cuda;
   int64_t lanes = ctx.params->getInt(ParamId::P2pKernelLanes);

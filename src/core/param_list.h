@@ -156,7 +156,7 @@
     "1: on a communicator spanning hosts, set up kernel p2p's lanes to the other hosts at init "  \
     "(two network connections per lane and peer), so send/recv works inside CUDA-graph capture " \
     "there; NCCL_PASS_SM=0 sets them up regardless.")                                              \
-  X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "256K",                                        \
+  X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "512K",                                        \
     "Kernel p2p messages of at most this many bytes use the LL protocol (data and flag in one "  \
     "store, half the bandwidth); 0: never.")                                                      \
   X(P2pLlLaneBytes, "FERRY_P2P_LL_LANE_BYTES", Int, "8K",                                         \
