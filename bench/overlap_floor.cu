@@ -90,6 +90,28 @@ int main(int argc, char** argv) {
       "# %zu B x %d each way: %.1f GB/s per direction alone; GEMM 8192^3 bf16 %.1f TFLOP/s alone\n",
       bytes, iters, bytes * double(iters) / (trafficMs / 1e3) / 1e9, aloneTflops);
   unsigned long long window = static_cast<unsigned long long>(trafficMs * 1e6);
+  // An all-to-all's data movement: each GPU pushes half of `bytes` to the
+  // other, and GPU 0 copies the other half locally on `localStream`, in
+  // `pieces` pieces, each after the same share of GPU 0's push when that is
+  // the push's stream (does spreading the HBM-heavy local copy out cost the
+  // GEMM less than one burst beside the push?).
+  auto allToAll = [&](int pieces, cudaStream_t localStream) {
+    const size_t half = bytes / 2;
+    const size_t piece = half / static_cast<size_t>(pieces);
+    for (int i = 0; i < iters; ++i) {
+      CHECK(cudaSetDevice(1));
+      CHECK(cudaMemcpyPeerAsync(buf[0][1], 0, buf[1][0], 1, half, copy[1]));
+      CHECK(cudaSetDevice(0));
+      for (int p = 0; p < pieces; ++p) {
+        const size_t off = piece * static_cast<size_t>(p);
+        CHECK(cudaMemcpyPeerAsync(static_cast<char*>(buf[1][1]) + off, 1,
+                                  static_cast<char*>(buf[0][0]) + off, 0, piece, copy[0]));
+        CHECK(cudaMemcpyAsync(static_cast<char*>(buf[0][1]) + half + off,
+                              static_cast<char*>(buf[0][0]) + half + off, piece,
+                              cudaMemcpyDeviceToDevice, localStream));
+      }
+    }
+  };
   struct Kind {
     const char* name;
     std::function<void()> launch;
@@ -103,20 +125,9 @@ int main(int argc, char** argv) {
          spinFor<<<1, 1, 0, local>>>(window);
          traffic();
        }},
-      {"all-to-all shape: half each way + half local",
-       [&] {
-         const size_t half = bytes / 2;
-         for (int i = 0; i < iters; ++i) {
-           for (int d = 0; d < 2; ++d) {
-             CHECK(cudaSetDevice(d));
-             CHECK(cudaMemcpyPeerAsync(buf[1 - d][1], 1 - d, buf[d][0], d, half, copy[d]));
-           }
-           CHECK(cudaSetDevice(0));
-           CHECK(cudaMemcpyAsync(static_cast<char*>(buf[0][1]) + half,
-                                 static_cast<char*>(buf[0][0]) + half, half,
-                                 cudaMemcpyDeviceToDevice, local));
-         }
-       }},
+      {"all-to-all shape: half each way + half local", [&] { allToAll(1, local); }},
+      {"all-to-all shape, local after the push", [&] { allToAll(1, copy[0]); }},
+      {"all-to-all shape, local in 8 pieces", [&] { allToAll(8, copy[0]); }},
       {"copy engines + local staging copy",
        [&] {
          for (int i = 0; i < iters; ++i) {

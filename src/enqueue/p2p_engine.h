@@ -222,7 +222,8 @@ class P2pEngine {
   int64_t rpcTimeoutMs_ = 120000;
   bool spinWait_ = false;
   bool zeroCopy_ = true;           // FERRY_P2P_ZERO_COPY
-  bool selfCopy_ = true;           // FERRY_P2P_SELF_COPY
+  bool selfCopy_ = true;           // FERRY_P2P_SELF_COPY != 0
+  bool selfCopyAfter_ = false;     // FERRY_P2P_SELF_COPY == 2
   bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
   bool stageSends_ = false;        // see staging.h
   int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT

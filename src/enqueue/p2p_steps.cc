@@ -67,16 +67,23 @@ Status P2pEngine::runStep(Stepped& l, Step step) {
 
 // Step Finish: the proxy watches the messages, the self pairs are copied
 // (after the other messages' flags, so the peers' copies overlap them, and
-// before the streams' waits for those copies), then the user streams' waits
-// and a fence per stream.
+// before the streams' waits for those copies; with FERRY_P2P_SELF_COPY=2
+// after those waits instead), then the user streams' waits and a fence per
+// stream.
 Status P2pEngine::finishStepped(Stepped& l) {
   if (!l.tasks.empty()) postWatches(l.ops);
-  if (!l.pairs.empty()) FERRY_CHECK(copySelfPairs(l.all, l.pairs));
+  const bool selfAfter = selfCopyAfter_ && !l.tasks.empty();
+  if (!l.pairs.empty() && !selfAfter) FERRY_CHECK(copySelfPairs(l.all, l.pairs));
   if (l.tasks.empty()) return ncclSuccess;
   {
     ProfScope prof(profile_, ProfSlot::UserWaits);
     FERRY_CHECK(waitForPeers(l.tasks, l.ops, l.streams));
   }
+  // After the peers' messages: an all-to-all's local block (a copy in HBM
+  // at full speed) no longer runs beside its copies over NVLink. A GEMM
+  // beside the traffic lost x1.055 with the two at once, x1.012 with the
+  // local copy after (2x H200, ferry-overlap-floor, session 34).
+  if (!l.pairs.empty() && selfAfter) FERRY_CHECK(copySelfPairs(l.all, l.pairs));
   ProfScope prof(profile_, ProfSlot::Fences);
   for (size_t i = 0; i < l.tasks.size(); ++i) {
     const Op& op = l.ops[i];

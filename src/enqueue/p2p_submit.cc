@@ -59,7 +59,7 @@ bool P2pEngine::copiesOnUserStream(const std::vector<Op>& ops, size_t stream) co
   bool waits = true;
   for (const Op& op : ops) {
     if (op.stream != stream) continue;
-    if (op.streamCopiesSelf) return false;
+    if (op.streamCopiesSelf && !selfCopyAfter_) return false;
     if (op.first) continue;
     ++seconds;
     waits = waits && op.userStreamWaits();

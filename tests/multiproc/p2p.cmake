@@ -160,11 +160,18 @@ ferry_p2p_test(p2p.lateexchange.busy2.n2 2 lateexchange)
 set_tests_properties(p2p.lateexchange.busy2.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=2;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_EXPECT_PUSHES=1")
 # Sends to self paired with receives from self in one group: one direct copy
-# each (and through the proxy with FERRY_P2P_SELF_COPY=0, or staged).
+# each (after the group's other messages with FERRY_P2P_SELF_COPY=2; through
+# the proxy with FERRY_P2P_SELF_COPY=0, or staged).
 ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_p2p_test(p2p.self.noselfcopy.n2 2 self)
 set_tests_properties(p2p.self.noselfcopy.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=0")
+ferry_p2p_test(p2p.self.after.n3 3 self)
+set_tests_properties(p2p.self.after.n3 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2")
+ferry_p2p_test(p2p.alltoall.selfafter.n3 3 alltoall)
+set_tests_properties(p2p.alltoall.selfafter.n3 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2")
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")

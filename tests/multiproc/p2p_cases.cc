@@ -438,7 +438,8 @@ void caseOverwrite(World& w) {
 
 // Sends to self and receives from self (SM-free: run with
 // FERRY_P2P_KERNEL_MAX_BYTES=0). A group whose self operations pair up one
-// to one is copied directly (FERRY_P2P_SELF_COPY, default on), which the
+// to one is copied directly (FERRY_P2P_SELF_COPY, default on; 2: after the
+// group's other messages), which the
 // self connection's direct-copy counter shows by not moving; every other
 // arrangement goes through the self connection and must keep in-order
 // matching across groups.
