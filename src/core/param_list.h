@@ -90,7 +90,8 @@
     "1: a group's sends to self and receives from self (e.g. all-to-all's own block) become one " \
     "stream-ordered copy each when they pair up one to one, beside the peers' copies; 2: the "    \
     "same, after the peers' messages (less HBM traffic at once: compute beside it loses less, "   \
-    "the all-to-all takes longer); 0: through the proxy like any peer.")                         \
+    "the all-to-all takes longer); 3: in pieces between those of the peer copy on the user "      \
+    "stream (one peer copy there), else as 2; 0: through the proxy like any peer.")              \
   X(P2pUserStreamCopy, "FERRY_P2P_USER_STREAM_COPY", Int, "1",                                   \
     "1: a launch's only copy as the second side on a user stream that waits for it anyway runs "  \
     "on that stream instead of its connection's copy stream (4 fewer CUDA calls per message); "   \

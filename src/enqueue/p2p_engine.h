@@ -189,9 +189,7 @@ class P2pEngine {
                                    const std::vector<std::shared_ptr<rt::Event>>& starts,
                                    const std::vector<bool>& onUser, rt::Stream** c);
   [[nodiscard]] Status endSecond(const P2pTask& t, Op& op, rt::Stream& c, bool onUser);
-  [[nodiscard]] Status copyAsSecond(const std::vector<P2pTask>& tasks, std::vector<Op>& ops,
-                                    Streams& streams,
-                                    const std::vector<std::shared_ptr<rt::Event>>& starts);
+  [[nodiscard]] Status copyAsSecond(Stepped& l);
   // FERRY_P2P_USER_STREAM_COPY: whether user stream `stream`'s copy as the
   // second side runs on that stream (it holds exactly one, and waits for it).
   [[nodiscard]] bool copiesOnUserStream(const std::vector<Op>& ops, size_t stream) const;
@@ -204,6 +202,12 @@ class P2pEngine {
   [[nodiscard]] Status selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs);
   [[nodiscard]] Status copySelfPairs(const std::vector<P2pTask>& tasks,
                                      const std::vector<SelfPair>& pairs);
+  // FERRY_P2P_SELF_COPY=3: takes (out of l.pairs) a self pair whose send and
+  // receive are both on user stream `handle` and copy bytes, for a second-side
+  // copy on that stream to carry in pieces (copyInPieces); false if none.
+  [[nodiscard]] bool takePiecesPair(Stepped& l, void* handle, SelfPair* out);
+  [[nodiscard]] Status copyInPieces(rt::Stream& c, char* dst, const char* src, uint64_t bytes,
+                                    const P2pTask& selfSend, const P2pTask& selfRecv);
   // Work queued on `later` from now on runs after what `earlier` holds now.
   [[nodiscard]] Status orderAfter(rt::Stream& later, rt::Stream& earlier);
   void countTask(const P2pTask& t, bool zeroCopy);
@@ -223,7 +227,8 @@ class P2pEngine {
   bool spinWait_ = false;
   bool zeroCopy_ = true;           // FERRY_P2P_ZERO_COPY
   bool selfCopy_ = true;           // FERRY_P2P_SELF_COPY != 0
-  bool selfCopyAfter_ = false;     // FERRY_P2P_SELF_COPY == 2
+  bool selfCopyAfter_ = false;     // FERRY_P2P_SELF_COPY == 2 or 3
+  bool selfCopyPieces_ = false;    // FERRY_P2P_SELF_COPY == 3
   bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
   bool stageSends_ = false;        // see staging.h
   int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT

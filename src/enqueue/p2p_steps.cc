@@ -55,7 +55,7 @@ Status P2pEngine::runStep(Stepped& l, Step step) {
     }
     case Step::Copy: {
       ProfScope prof(profile_, ProfSlot::CopySecond);
-      s = copyAsSecond(l.tasks, l.ops, l.streams, l.starts);
+      s = copyAsSecond(l);
       break;
     }
     case Step::Finish:
@@ -68,7 +68,8 @@ Status P2pEngine::runStep(Stepped& l, Step step) {
 // Step Finish: the proxy watches the messages, the self pairs are copied
 // (after the other messages' flags, so the peers' copies overlap them, and
 // before the streams' waits for those copies; with FERRY_P2P_SELF_COPY=2
-// after those waits instead), then the user streams' waits and a fence per
+// after those waits instead, and with 3 those no peer copy carried in
+// pieces: copyInPieces), then the user streams' waits and a fence per
 // stream.
 Status P2pEngine::finishStepped(Stepped& l) {
   if (!l.tasks.empty()) postWatches(l.ops);

@@ -23,6 +23,12 @@ set_tests_properties(gpu.p2p.self.eager PROPERTIES
 ferry_gpu_p2p_test(gpu.p2p.self.after self)
 set_tests_properties(gpu.p2p.self.after PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2")
+ferry_gpu_p2p_test(gpu.p2p.self.pieces self)
+set_tests_properties(gpu.p2p.self.pieces PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3")
+ferry_gpu_p2p_test(gpu.p2p.alltoall.selfpieces alltoall)
+set_tests_properties(gpu.p2p.alltoall.selfpieces PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3")
 ferry_gpu_p2p_test(gpu.p2p.self.noselfcopy self)
 set_tests_properties(gpu.p2p.self.noselfcopy PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;CUDA_MODULE_LOADING=EAGER;FERRY_P2P_SELF_COPY=0")

@@ -160,8 +160,9 @@ ferry_p2p_test(p2p.lateexchange.busy2.n2 2 lateexchange)
 set_tests_properties(p2p.lateexchange.busy2.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_PUSH_WAIT_BUSY=2;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_TEST_BUSY=1;FERRY_TEST_EXPECT_PUSHES=1")
 # Sends to self paired with receives from self in one group: one direct copy
-# each (after the group's other messages with FERRY_P2P_SELF_COPY=2; through
-# the proxy with FERRY_P2P_SELF_COPY=0, or staged).
+# each (after the group's other messages with FERRY_P2P_SELF_COPY=2, in
+# pieces between a user-stream peer copy's with 3; through the proxy with
+# FERRY_P2P_SELF_COPY=0, or staged).
 ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_p2p_test(p2p.self.noselfcopy.n2 2 self)
 set_tests_properties(p2p.self.noselfcopy.n2 PROPERTIES
@@ -172,6 +173,9 @@ set_tests_properties(p2p.self.after.n3 PROPERTIES
 ferry_p2p_test(p2p.alltoall.selfafter.n3 3 alltoall)
 set_tests_properties(p2p.alltoall.selfafter.n3 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2")
+ferry_p2p_test(p2p.self.pieces.n2 2 self)
+set_tests_properties(p2p.self.pieces.n2 PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3")
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
@@ -223,6 +227,15 @@ u=$(echo \"$out\" | grep -c 'second side.*on the user stream'); s=$(echo \"$out\
 echo \"$u user-stream copies, $s launches with self copies\"; [ \"$u\" -eq 0 ] && [ \"$s\" -ge 1 ]")
 set_tests_properties(p2p.usc.self.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
   "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=5;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
+# FERRY_P2P_SELF_COPY=3: a 2-rank all-to-all's one peer copy goes to the user
+# stream, and carries the own block's copy in pieces between its own.
+add_test(NAME p2p.usc.selfpieces.n2
+  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
+p=$(echo \"$out\" | grep -c 'copied in 8 pieces between those of'); \
+echo \"$p self copies in pieces\"; [ \"$p\" -ge 1 ]")
+set_tests_properties(p2p.usc.selfpieces.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_P2P_PUSH_WAIT_MIN_US=200000;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
 # A receiver late by habit: the staged sender stops its bounded push wait
 # after 3 misses in a row (P2pEngine::awaitReceiver), so of its 8 sends at
 # most 4 wait (the first may find its receive posted); without that rule
