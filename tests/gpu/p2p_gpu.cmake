@@ -20,15 +20,16 @@ ferry_gpu_p2p_test(gpu.p2p.self self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_gpu_p2p_test(gpu.p2p.self.eager self)
 set_tests_properties(gpu.p2p.self.eager PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;CUDA_MODULE_LOADING=EAGER")
-ferry_gpu_p2p_test(gpu.p2p.self.after self)
-set_tests_properties(gpu.p2p.self.after PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2")
-ferry_gpu_p2p_test(gpu.p2p.self.pieces self)
-set_tests_properties(gpu.p2p.self.pieces PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3")
-ferry_gpu_p2p_test(gpu.p2p.alltoall.selfpieces alltoall)
-set_tests_properties(gpu.p2p.alltoall.selfpieces PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3")
+foreach(mode after:2 pieces:3)
+  string(REPLACE ":" ";" mv ${mode})
+  list(GET mv 0 m)
+  list(GET mv 1 v)
+  foreach(case self alltoall)
+    ferry_gpu_p2p_test(gpu.p2p.${case}.self${m} ${case})
+    set_tests_properties(gpu.p2p.${case}.self${m} PROPERTIES
+      ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=${v}")
+  endforeach()
+endforeach()
 ferry_gpu_p2p_test(gpu.p2p.self.noselfcopy self)
 set_tests_properties(gpu.p2p.self.noselfcopy PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;CUDA_MODULE_LOADING=EAGER;FERRY_P2P_SELF_COPY=0")

@@ -167,15 +167,8 @@ ferry_p2p_test(p2p.self.n3 3 self ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_p2p_test(p2p.self.noselfcopy.n2 2 self)
 set_tests_properties(p2p.self.noselfcopy.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=0")
-ferry_p2p_test(p2p.self.after.n3 3 self)
-set_tests_properties(p2p.self.after.n3 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2")
-ferry_p2p_test(p2p.alltoall.selfafter.n3 3 alltoall)
-set_tests_properties(p2p.alltoall.selfafter.n3 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2")
-ferry_p2p_test(p2p.self.pieces.n2 2 self)
-set_tests_properties(p2p.self.pieces.n2 PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3")
+ferry_p2p_variants(after "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2" self:3 alltoall:3)
+ferry_p2p_variants(pieces "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3" self:2)
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
