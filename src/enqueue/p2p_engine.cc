@@ -60,13 +60,12 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->commKey_ = ctx.commKey;
   e->rpcTimeoutMs_ = ctx.timeoutMs;
   e->zeroCopy_ = ctx.params->getInt(ParamId::P2pZeroCopy) != 0;
-  const int64_t selfCopy = ctx.params->getInt(ParamId::P2pSelfCopy);
+  int64_t selfCopy = ctx.params->getInt(ParamId::P2pSelfCopy);
   if (selfCopy < 0 || selfCopy > 3) {
     FERRY_WARN("FERRY_P2P_SELF_COPY=%ld is not 0, 1, 2 or 3; using 1", static_cast<long>(selfCopy));
+    selfCopy = 1;
   }
-  e->selfCopy_ = selfCopy != 0;
-  e->selfCopyAfter_ = selfCopy == 2 || selfCopy == 3;
-  e->selfCopyPieces_ = selfCopy == 3;
+  e->selfCopy_ = static_cast<SelfCopy>(selfCopy);
   e->userStreamCopy_ = ctx.params->getInt(ParamId::P2pUserStreamCopy) != 0;
   const std::string& wait = ctx.params->getString(ParamId::UserWait);
   if (wait != "memop" && wait != "kernel" && wait != "auto") {

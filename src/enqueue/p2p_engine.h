@@ -225,10 +225,11 @@ class P2pEngine {
   uint64_t commKey_ = 0;
   int64_t rpcTimeoutMs_ = 120000;
   bool spinWait_ = false;
-  bool zeroCopy_ = true;           // FERRY_P2P_ZERO_COPY
-  bool selfCopy_ = true;           // FERRY_P2P_SELF_COPY != 0
-  bool selfCopyAfter_ = false;     // FERRY_P2P_SELF_COPY == 2 or 3
-  bool selfCopyPieces_ = false;    // FERRY_P2P_SELF_COPY == 3
+  bool zeroCopy_ = true;  // FERRY_P2P_ZERO_COPY
+  // FERRY_P2P_SELF_COPY's values, in order: each later one also does what
+  // the one before it does where it cannot do more.
+  enum class SelfCopy { Proxy = 0, Beside = 1, After = 2, Pieces = 3 };
+  SelfCopy selfCopy_ = SelfCopy::Beside;
   bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
   bool stageSends_ = false;        // see staging.h
   int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT

@@ -73,7 +73,7 @@ Status P2pEngine::runStep(Stepped& l, Step step) {
 // stream.
 Status P2pEngine::finishStepped(Stepped& l) {
   if (!l.tasks.empty()) postWatches(l.ops);
-  const bool selfAfter = selfCopyAfter_ && !l.tasks.empty();
+  const bool selfAfter = selfCopy_ >= SelfCopy::After && !l.tasks.empty();
   if (!l.pairs.empty() && !selfAfter) FERRY_CHECK(copySelfPairs(l.all, l.pairs));
   if (l.tasks.empty()) return ncclSuccess;
   {

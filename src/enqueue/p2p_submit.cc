@@ -3,6 +3,7 @@
 // receives from self.
 #include <algorithm>
 
+#include "algo/p2p_kernel.h"
 #include "enqueue/p2p_engine.h"
 #include "enqueue/p2p_engine_op.h"
 
@@ -59,7 +60,7 @@ bool P2pEngine::copiesOnUserStream(const std::vector<Op>& ops, size_t stream) co
   bool waits = true;
   for (const Op& op : ops) {
     if (op.stream != stream) continue;
-    if (op.streamCopiesSelf && !selfCopyAfter_) return false;
+    if (op.streamCopiesSelf && selfCopy_ < SelfCopy::After) return false;
     if (op.first) continue;
     ++seconds;
     waits = waits && op.userStreamWaits();
@@ -109,7 +110,7 @@ Status P2pEngine::copyAsSecond(Stepped& l) {
 }
 
 bool P2pEngine::takePiecesPair(Stepped& l, void* handle, SelfPair* out) {
-  if (!selfCopyPieces_) return false;
+  if (selfCopy_ != SelfCopy::Pieces) return false;
   for (auto it = l.pairs.begin(); it != l.pairs.end(); ++it) {
     const P2pTask& snd = l.all[it->first];
     const P2pTask& rcv = l.all[it->second];
@@ -132,25 +133,22 @@ bool P2pEngine::takePiecesPair(Stepped& l, void* handle, SelfPair* out) {
 // event.
 Status P2pEngine::copyInPieces(rt::Stream& c, char* dst, const char* src, uint64_t bytes,
                                const P2pTask& selfSend, const P2pTask& selfRecv) {
-  constexpr uint64_t kPieces = 8;
-  const uint64_t peerPiece = (bytes + kPieces - 1) / kPieces;
+  constexpr uint32_t kPieces = 8;
   const uint64_t selfBytes = selfRecv.bytes;
-  const uint64_t selfPiece = (selfBytes + kPieces - 1) / kPieces;
   auto* selfDst = static_cast<char*>(selfRecv.buffer);
   const auto* selfSrc = static_cast<const char*>(selfSend.buffer);
-  for (uint64_t k = 0; k < kPieces; ++k) {
-    const uint64_t po = std::min(k * peerPiece, bytes);
-    const uint64_t so = std::min(k * selfPiece, selfBytes);
-    const uint64_t pn = std::min(peerPiece, bytes - po);
-    const uint64_t sn = std::min(selfPiece, selfBytes - so);
+  for (uint32_t k = 0; k < kPieces; ++k) {
+    uint64_t po = 0, pn = 0, so = 0, sn = 0;  // 16-byte aligned pieces, as kernel p2p's lanes
+    algo::p2pLanePart(bytes, kPieces, k, &po, &pn);
+    algo::p2pLanePart(selfBytes, kPieces, k, &so, &sn);
     if (pn > 0) FERRY_CHECK(c.copyAsync(dst + po, src + po, pn));
     if (sn > 0) FERRY_CHECK(c.copyAsync(selfDst + so, selfSrc + so, sn));
   }
   countTask(selfSend, false);
   countTask(selfRecv, false);
   FERRY_TRACE(kLogP2p,
-              "self: %llu bytes copied in %llu pieces between those of a %llu-byte peer copy",
-              static_cast<unsigned long long>(selfBytes), static_cast<unsigned long long>(kPieces),
+              "self: %llu bytes copied in %u pieces between those of a %llu-byte peer copy",
+              static_cast<unsigned long long>(selfBytes), static_cast<unsigned>(kPieces),
               static_cast<unsigned long long>(bytes));
   return ncclSuccess;
 }
@@ -254,7 +252,7 @@ bool pairStandsAlone(const std::vector<P2pTask>& tasks, size_t s, size_t r) {
 // another task's buffers, and the copies never block this thread.
 Status P2pEngine::selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs) {
   pairs->clear();
-  if (!selfCopy_) return ncclSuccess;
+  if (selfCopy_ == SelfCopy::Proxy) return ncclSuccess;
   std::vector<size_t> sends, recvs;
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].peer == myRank_) (tasks[i].isSend ? sends : recvs).push_back(i);

@@ -439,7 +439,7 @@ void caseOverwrite(World& w) {
 // Sends to self and receives from self (SM-free: run with
 // FERRY_P2P_KERNEL_MAX_BYTES=0). A group whose self operations pair up one
 // to one is copied directly (FERRY_P2P_SELF_COPY, default on; 2: after the
-// group's other messages), which the
+// group's other messages; 3: in pieces between a peer copy's), which the
 // self connection's direct-copy counter shows by not moving; every other
 // arrangement goes through the self connection and must keep in-order
 // matching across groups.
