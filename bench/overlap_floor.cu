@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -112,6 +113,47 @@ int main(int argc, char** argv) {
       }
     }
   };
+  // The local half copied beside the push as strided rows of `row` bytes
+  // (two 2D copies, even and odd rows, so the driver cannot fold them into
+  // one contiguous copy): narrow rows slow a copy engine down. Does a slower
+  // local copy, spread over the push, cost the GEMM less than a burst?
+  // GPU 0's local half as strided rows of `row` bytes on `local` (row 0: one
+  // plain copy).
+  auto localHalf = [&](size_t row) {
+    const size_t half = bytes / 2;
+    if (row == 0) {
+      CHECK(cudaMemcpyAsync(static_cast<char*>(buf[0][1]) + half,
+                            static_cast<char*>(buf[0][0]) + half, half, cudaMemcpyDeviceToDevice,
+                            local));
+      return;
+    }
+    const size_t rows = half / (2 * row);  // per parity
+    constexpr size_t kMaxRows = 65535;     // per 2D copy, to stay inside any height limit
+    for (size_t parity = 0; parity < 2; ++parity) {
+      for (size_t first = 0; first < rows; first += kMaxRows) {
+        const size_t off = half + parity * row + first * 2 * row;
+        CHECK(cudaMemcpy2DAsync(static_cast<char*>(buf[0][1]) + off, 2 * row,
+                                static_cast<char*>(buf[0][0]) + off, 2 * row, row,
+                                std::min(kMaxRows, rows - first), cudaMemcpyDeviceToDevice, local));
+      }
+    }
+  };
+  auto allToAllRows = [&](size_t row) {
+    const size_t half = bytes / 2;
+    for (int i = 0; i < iters; ++i) {
+      CHECK(cudaSetDevice(1));
+      CHECK(cudaMemcpyPeerAsync(buf[0][1], 0, buf[1][0], 1, half, copy[1]));
+      CHECK(cudaSetDevice(0));
+      CHECK(cudaMemcpyPeerAsync(buf[1][1], 1, buf[0][0], 0, half, copy[0]));
+      localHalf(row);
+    }
+  };
+  // The local half alone (no NVLink traffic): its own speed ("alone ms")
+  // and what it costs the GEMM, plain and as rows (trap 71's "why").
+  auto localOnly = [&](size_t row) {
+    CHECK(cudaSetDevice(0));
+    for (int i = 0; i < iters; ++i) localHalf(row);
+  };
   struct Kind {
     const char* name;
     std::function<void()> launch;
@@ -128,6 +170,13 @@ int main(int argc, char** argv) {
       {"all-to-all shape: half each way + half local", [&] { allToAll(1, local); }},
       {"all-to-all shape, local after the push", [&] { allToAll(1, copy[0]); }},
       {"all-to-all shape, local in 8 pieces", [&] { allToAll(8, copy[0]); }},
+      {"all-to-all shape, local beside as 4 KiB rows", [&] { allToAllRows(4096); }},
+      {"all-to-all shape, local beside as 512 B rows", [&] { allToAllRows(512); }},
+      {"all-to-all shape, local beside as 256 B rows", [&] { allToAllRows(256); }},
+      {"all-to-all shape, local beside as 128 B rows", [&] { allToAllRows(128); }},
+      {"local half alone, one copy", [&] { localOnly(0); }},
+      {"local half alone, as 4 KiB rows", [&] { localOnly(4096); }},
+      {"local half alone, as 256 B rows", [&] { localOnly(256); }},
       {"copy engines + local staging copy",
        [&] {
          for (int i = 0; i < iters; ++i) {
@@ -136,6 +185,22 @@ int main(int argc, char** argv) {
          traffic();
        }},
   };
+  // Each kind's own duration with nothing beside it (both GPUs idle after):
+  // what the shape costs the traffic, beside what it costs the GEMM.
+  std::vector<double> aloneMs(kinds.size());
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    for (int rep = 0; rep < 2; ++rep) {  // the first is a warm-up
+      auto start = std::chrono::steady_clock::now();
+      kinds[k].launch();
+      for (int d = 1; d >= 0; --d) {
+        CHECK(cudaSetDevice(d));
+        CHECK(cudaDeviceSynchronize());
+      }
+      aloneMs[k] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+    }
+  }
   // Rounds over every kind in turn, so clock and temperature drift hits all
   // kinds alike. Each sample's reference is the same GEMMs alone right before
   // and after it (GemmLoop); a kind's slowdown is the median of its samples'
@@ -171,13 +236,13 @@ int main(int argc, char** argv) {
       "# %d rounds, medians; slowdown = GEMM alone (the same GEMMs right before and after) / "
       "GEMM beside\n",
       kRounds);
-  printf("# %-44s %10s %9s %11s %9s\n", "beside the GEMM", "beside", "slowdown", "min..max",
-         "vs nothing");
+  printf("# %-44s %10s %9s %11s %9s %9s\n", "beside the GEMM", "beside", "slowdown", "min..max",
+         "vs nothing", "alone ms");
   for (size_t k = 0; k < kinds.size(); ++k) {
     const double m = median(tflops[k]);
     const auto [lo, hi] = std::minmax_element(ratios[k].begin(), ratios[k].end());
-    printf("  %-44s %10.1f %9.3f %5.3f..%5.3f %9.3f\n", kinds[k].name, m, median(ratios[k]), *lo,
-           *hi, base / m);
+    printf("  %-44s %10.1f %9.3f %5.3f..%5.3f %9.3f %9.2f\n", kinds[k].name, m, median(ratios[k]),
+           *lo, *hi, base / m, aloneMs[k]);
   }
   return 0;
 }

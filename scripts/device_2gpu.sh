@@ -10,6 +10,7 @@
 #   memory, inittime, wincoll or any other device_p2p.sh stage (copyov,
 #   cesplit, ...), in the order given; clients2 is a second clients stage
 #   with CLIENT_MODES2, CLIENT_CASES2 (default pipe) and CLIENT_SCHEDULES2;
+#   GPU_REGEX limits the gpu stage to the GPU tests it matches (ctest -R);
 #   the real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,7 +58,7 @@ for st in ${STAGES:-clients nccltests gpu}; do
     ;;
   gpu)
     if [ "$(left)" -gt 40 ]; then
-      (cd /tmp/fb && timeout $(($(left) - 15)) ctest -L gpu --timeout 60 --output-on-failure >"$o/ctest-gpu.log" 2>&1)
+      (cd /tmp/fb && timeout $(($(left) - 15)) ctest -L gpu ${GPU_REGEX:+-R "$GPU_REGEX"} --timeout 60 --output-on-failure >"$o/ctest-gpu.log" 2>&1)
       grep -E "tests passed|Failed|\*\*\*|Not Run" "$o/ctest-gpu.log" | head -30
     fi
     ;;

@@ -66,6 +66,13 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
     selfCopy = 1;
   }
   e->selfCopy_ = static_cast<SelfCopy>(selfCopy);
+  int64_t rows = ctx.params->getInt(ParamId::P2pSelfCopyRows);
+  if (rows != 0 && (rows < 64 || rows > (1 << 20) || rows % 16 != 0)) {
+    FERRY_WARN("FERRY_P2P_SELF_COPY_ROWS=%ld is not 0 or a multiple of 16 in 64..1M; using 0",
+               static_cast<long>(rows));
+    rows = 0;
+  }
+  e->selfCopyRows_ = static_cast<size_t>(rows);
   e->userStreamCopy_ = ctx.params->getInt(ParamId::P2pUserStreamCopy) != 0;
   const std::string& wait = ctx.params->getString(ParamId::UserWait);
   if (wait != "memop" && wait != "kernel" && wait != "auto") {

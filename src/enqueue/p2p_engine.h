@@ -202,6 +202,8 @@ class P2pEngine {
   [[nodiscard]] Status selfPairs(const std::vector<P2pTask>& tasks, std::vector<SelfPair>* pairs);
   [[nodiscard]] Status copySelfPairs(const std::vector<P2pTask>& tasks,
                                      const std::vector<SelfPair>& pairs);
+  // One pair's copy, plain or as rows (FERRY_P2P_SELF_COPY_ROWS).
+  [[nodiscard]] Status copySelf(rt::Stream& s, char* dst, const char* src, uint64_t bytes);
   // FERRY_P2P_SELF_COPY=3: takes (out of l.pairs) a self pair whose send and
   // receive are both on user stream `handle` and copy bytes, for a second-side
   // copy on that stream to carry in pieces (copyInPieces); false if none.
@@ -230,6 +232,7 @@ class P2pEngine {
   // the one before it does where it cannot do more.
   enum class SelfCopy { Proxy = 0, Beside = 1, After = 2, Pieces = 3 };
   SelfCopy selfCopy_ = SelfCopy::Beside;
+  size_t selfCopyRows_ = 0;        // FERRY_P2P_SELF_COPY_ROWS (copySelf)
   bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
   bool stageSends_ = false;        // see staging.h
   int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT

@@ -300,7 +300,8 @@ Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
     FERRY_CHECK(streamFor(rcv.stream, handles, streams, &ri));
     if (si != ri) FERRY_CHECK(orderAfter(*streams[ri], *streams[si]));
     if (rcv.bytes > 0 && rcv.buffer != snd.buffer) {
-      FERRY_CHECK(streams[ri]->copyAsync(rcv.buffer, snd.buffer, rcv.bytes));
+      FERRY_CHECK(copySelf(*streams[ri], static_cast<char*>(rcv.buffer),
+                           static_cast<const char*>(snd.buffer), rcv.bytes));
     }
     if (si != ri) FERRY_CHECK(orderAfter(*streams[si], *streams[ri]));
     countTask(snd, false);
@@ -308,6 +309,35 @@ Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
   }
   FERRY_TRACE(kLogP2p, "self: %zu send/receive pairs copied on the receives' streams",
               pairs.size());
+  return ncclSuccess;
+}
+
+// FERRY_P2P_SELF_COPY_ROWS: one self copy as two strided copies (the even
+// rows, then the odd ones) and a plain copy of the tail. On 2x H200 a GEMM
+// beside the all-to-all shape lost x1.030 with the local half as one plain
+// copy beside the pushes and x0.987-1.002 with it as rows of 128 B-4 KiB,
+// the shape taking as long either way (NVLink-bound; ferry-overlap-floor,
+// session 35; why is not measured yet: NOTES.md trap 71). Overlapping
+// ranges keep the plain copy (the second pass
+// would read bytes the first one wrote); copies of fewer than 32 rows too.
+Status P2pEngine::copySelf(rt::Stream& s, char* dst, const char* src, uint64_t bytes) {
+  constexpr uint64_t kMinRows = 32;
+  constexpr uint64_t kMaxHeight = 65535;  // rows per 2D copy: inside any driver's limit
+  const uint64_t row = selfCopyRows_;
+  const bool overlap = dst < src + bytes && src < dst + bytes;
+  if (row == 0 || bytes < kMinRows * row || overlap) return s.copyAsync(dst, src, bytes);
+  const uint64_t height = bytes / (2 * row);  // rows of each parity
+  for (uint64_t parity = 0; parity < 2; ++parity) {
+    for (uint64_t first = 0; first < height; first += kMaxHeight) {
+      const uint64_t off = parity * row + first * 2 * row;
+      FERRY_CHECK(s.copyRowsAsync(dst + off, 2 * row, src + off, 2 * row, row,
+                                  std::min(kMaxHeight, height - first)));
+    }
+  }
+  const uint64_t done = height * 2 * row;
+  if (done < bytes) FERRY_CHECK(s.copyAsync(dst + done, src + done, bytes - done));
+  FERRY_TRACE(kLogP2p, "self: %llu bytes copied as rows of %llu bytes",
+              static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(row));
   return ncclSuccess;
 }
 

@@ -116,6 +116,11 @@ class Stream {
   // Asynchronous byte copy (any direction the runtime supports, including
   // to/from IPC-mapped peer memory).
   [[nodiscard]] virtual Status copyAsync(void* dst, const void* src, size_t bytes) = 0;
+  // Asynchronous copy of `height` rows of `width` bytes, row r from
+  // src + r * srcPitch to dst + r * dstPitch (cudaMemcpy2DAsync's contract:
+  // width <= either pitch). Same directions as copyAsync.
+  [[nodiscard]] virtual Status copyRowsAsync(void* dst, size_t dstPitch, const void* src,
+                                             size_t srcPitch, size_t width, size_t height) = 0;
   // Writes `value` to the 64-bit word at `addr` once prior work is done.
   // Ordering: the write is visible to host readers only after every prior
   // operation on the stream has completed (release semantics); readers load

@@ -169,6 +169,19 @@ set_tests_properties(p2p.self.noselfcopy.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=0")
 ferry_p2p_variants(after "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2" self:3 alltoall:3)
 ferry_p2p_variants(pieces "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3" self:2)
+# FERRY_P2P_SELF_COPY_ROWS: self copies as strided rows (the cases' odd
+# sizes leave a tail for the plain copy); p2p.self.rows.n2 checks that the
+# rows path ran, since the copies' results alone cannot tell.
+ferry_p2p_variants(rows "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=64" alltoall:3)
+ferry_p2p_variants(rowsafter
+  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2;FERRY_P2P_SELF_COPY_ROWS=4096" self:3)
+add_test(NAME p2p.self.rows.n2
+  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> self 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
+p=$(echo \"$out\" | grep -c 'copied as rows of 112 bytes'); \
+echo \"$p self copies as rows\"; [ \"$p\" -ge 1 ]")
+set_tests_properties(p2p.self.rows.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=112;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -129,6 +130,37 @@ TEST(RuntimeHost, OrderedCopiesThenFlag) {
   EXPECT_EQ(firstMismatch(b.dst->ptr(), data), -1);
   EXPECT_EQ(s->synchronize(), ncclSuccess);
   EXPECT_EQ(s->query(), ncclSuccess);
+}
+
+// Rows between different pitches land where cudaMemcpy2DAsync puts them, the
+// gaps between rows keep their old bytes, and bad pitches are refused.
+TEST(RuntimeHost, CopyRowsBetweenPitches) {
+  test::Rng rng(test::testSeed(), 9);
+  auto rt = testRuntime();
+  const size_t width = 16 + rng.below(200), srcPitch = width + rng.below(64);
+  const size_t dstPitch = width + 1 + rng.below(64), height = 3 + rng.below(40);
+  const size_t bytes = std::max(srcPitch, dstPitch) * height;
+  Buffers b = makeBuffers(*rt, bytes);
+  auto data = randomBytes(bytes, rng);
+  memcpy(b.src->ptr(), data.data(), bytes);
+  std::unique_ptr<Stream> s;
+  ASSERT_EQ(rt->createStream(&s), ncclSuccess);
+  ASSERT_EQ(s->copyRowsAsync(b.dst->ptr(), dstPitch, b.src->ptr(), srcPitch, width, height),
+            ncclSuccess);
+  ASSERT_EQ(s->synchronize(), ncclSuccess);
+  const auto* dst = static_cast<const uint8_t*>(b.dst->ptr());
+  for (size_t i = 0; i < bytes; ++i) {
+    const size_t r = i / dstPitch, c = i % dstPitch;
+    const int want = r < height && c < width ? data[r * srcPitch + c] : kPoison;
+    ASSERT_EQ(dst[i], want) << "byte " << i << " (row " << r << ", column " << c << ")";
+  }
+  EXPECT_EQ(s->copyRowsAsync(b.dst->ptr(), width - 1, b.src->ptr(), srcPitch, width, 2),
+            ncclInvalidArgument);
+  EXPECT_EQ(s->copyRowsAsync(nullptr, dstPitch, b.src->ptr(), srcPitch, width, 2),
+            ncclInvalidArgument);
+  EXPECT_EQ(s->copyRowsAsync(b.dst->ptr(), dstPitch, b.src->ptr(), srcPitch, width, 0),
+            ncclSuccess);
+  EXPECT_EQ(s->synchronize(), ncclSuccess);
 }
 
 TEST(RuntimeHost, EventsAcrossStreams) {

@@ -185,6 +185,14 @@ class CudaStream final : public Stream {
     return ncclSuccess;
   }
 
+  Status copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width,
+                       size_t height) override {
+    if (width == 0 || height == 0) return ncclSuccess;
+    FERRY_CUDA_TRY(
+        cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, width, height, cudaMemcpyDefault, stream_));
+    return ncclSuccess;
+  }
+
   Status writeValue64(uint64_t* addr, uint64_t value) override {
     const DriverApi* api = nullptr;
     FERRY_CHECK(driverApi(&api));

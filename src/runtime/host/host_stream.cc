@@ -227,6 +227,23 @@ Status HostStreamBase::copyAsync(void* dst, const void* src, size_t bytes) {
   });
 }
 
+Status HostStreamBase::copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch,
+                                     size_t width, size_t height) {
+  if (width == 0 || height == 0) return ncclSuccess;
+  if (dst == nullptr || src == nullptr || width > dstPitch || width > srcPitch) {
+    FERRY_FAIL(ncclInvalidArgument,
+               "copyRowsAsync: bad arguments (dst %p pitch %zu, src %p pitch %zu, %zu x %zu)", dst,
+               dstPitch, src, srcPitch, width, height);
+  }
+  return submit([=] {
+    for (size_t r = 0; r < height; ++r) {
+      memmove(static_cast<char*>(dst) + r * dstPitch, static_cast<const char*>(src) + r * srcPitch,
+              width);
+    }
+    return ncclSuccess;
+  });
+}
+
 Status HostStreamBase::writeValue64(uint64_t* addr, uint64_t value) {
   if (addr == nullptr || reinterpret_cast<uintptr_t>(addr) % alignof(uint64_t) != 0) {
     FERRY_FAIL(ncclInvalidArgument, "writeValue64: bad address %p", static_cast<void*>(addr));

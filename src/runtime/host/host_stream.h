@@ -117,6 +117,8 @@ class HostStreamBase : public Stream {
   virtual int device() const = 0;
 
   Status copyAsync(void* dst, const void* src, size_t bytes) override;
+  Status copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width,
+                       size_t height) override;
   Status writeValue64(uint64_t* addr, uint64_t value) override;
   Status waitValue64(uint64_t* addr, uint64_t value, WaitCondition c) override;
   // No lazy loading to dodge here: exactly waitValue64(devAddr, value, Geq).
