@@ -27,6 +27,19 @@ function(ferry_p2p_variants suffix env)
   endforeach()
 endfunction()
 
+# <name>: mp_p2p <case> on <ranks> host-runtime ranks under `env` (a ;-list;
+# P2P TRACE added) must pass and print a line matching `pattern` at least
+# once: the proof that the path under test ran, which the data checks alone
+# cannot give.
+function(ferry_p2p_trace_test name ranks case pattern env)
+  add_test(NAME ${name}
+    COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n ${ranks} --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> ${case} 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
+n=$(echo \"$out\" | grep -c '${pattern}'); echo \"$n lines match: ${pattern}\"; [ \"$n\" -ge 1 ]")
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
+    "${env};NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
+endfunction()
+
 foreach(n 2 3)
   ferry_p2p_test(p2p.alltoall.n${n} ${n} alltoall)
 endforeach()
@@ -175,13 +188,8 @@ ferry_p2p_variants(pieces "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3" s
 ferry_p2p_variants(rows "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=64" alltoall:3)
 ferry_p2p_variants(rowsafter
   "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2;FERRY_P2P_SELF_COPY_ROWS=4096" self:3)
-add_test(NAME p2p.self.rows.n2
-  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
-$<TARGET_FILE:mp_p2p> self 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
-p=$(echo \"$out\" | grep -c 'copied as rows of 112 bytes'); \
-echo \"$p self copies as rows\"; [ \"$p\" -ge 1 ]")
-set_tests_properties(p2p.self.rows.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
-  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=112;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
+ferry_p2p_trace_test(p2p.self.rows.n2 2 self "copied as rows of 112 bytes"
+  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=112")
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
@@ -217,12 +225,8 @@ ferry_p2p_variants(nousc
 ferry_p2p_test(p2p.unbatched.nousc.staged.n2 2 unbatched)
 set_tests_properties(p2p.unbatched.nousc.staged.n2 PROPERTIES ENVIRONMENT
   "FERRY_P2P_USER_STREAM_COPY=0;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
-add_test(NAME p2p.usc.trace.n2
-  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
-$<TARGET_FILE:mp_p2p> unbatched 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
-n=$(echo \"$out\" | grep -c 'second side.*on the user stream'); echo \"$n copies on user streams\"; [ \"$n\" -ge 1 ]")
-set_tests_properties(p2p.usc.trace.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
-  "FERRY_P2P_USER_STREAM_COPY=1;FERRY_P2P_KERNEL_MAX_BYTES=0;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
+ferry_p2p_trace_test(p2p.usc.trace.n2 2 unbatched "second side.*on the user stream"
+  "FERRY_P2P_USER_STREAM_COPY=1;FERRY_P2P_KERNEL_MAX_BYTES=0")
 # ...but never beside a self copy on the same stream (all-to-all's own
 # block): the two run side by side on different streams (4 of the copies in
 # this run went to the user stream before that rule).
@@ -235,13 +239,8 @@ set_tests_properties(p2p.usc.self.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENV
   "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_ROUNDS=5;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
 # FERRY_P2P_SELF_COPY=3: a 2-rank all-to-all's one peer copy goes to the user
 # stream, and carries the own block's copy in pieces between its own.
-add_test(NAME p2p.usc.selfpieces.n2
-  COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
-$<TARGET_FILE:mp_p2p> alltoall 2>&1) || { echo \"$out\" | tail -20; exit 1; }; \
-p=$(echo \"$out\" | grep -c 'copied in 8 pieces between those of'); \
-echo \"$p self copies in pieces\"; [ \"$p\" -ge 1 ]")
-set_tests_properties(p2p.usc.selfpieces.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
-  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_P2P_PUSH_WAIT_MIN_US=200000;NCCL_DEBUG=TRACE;NCCL_DEBUG_SUBSYS=P2P")
+ferry_p2p_trace_test(p2p.usc.selfpieces.n2 2 alltoall "copied in 8 pieces between those of"
+  "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3;FERRY_P2P_PUSH_WAIT_US=200000;FERRY_P2P_PUSH_WAIT_MIN_US=200000")
 # A receiver late by habit: the staged sender stops its bounded push wait
 # after 3 misses in a row (P2pEngine::awaitReceiver), so of its 8 sends at
 # most 4 wait (the first may find its receive posted); without that rule
