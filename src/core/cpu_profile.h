@@ -22,8 +22,8 @@ enum class ProfSlot : int {
   Streams,     // wrapping the user's streams, capture checks
   Claim,       // claiming messages (rendezvous, mapping peers' buffers)
   Map,         // within Claim: describing our buffers for peers, mapping theirs
-  PushWait,    // the bounded wait for a receiver (FERRY_P2P_PUSH_WAIT_US)
-  StageWait,   // a staged send's wait before the pool grows (FERRY_P2P_STAGING_MAX_BYTES)
+  PushWait,    // within Claim: the bounded wait for a receiver (FERRY_P2P_PUSH_WAIT_US)
+  StageWait,   // within Claim: a staged send's wait before the pool grows
   MarkReady,   // ready flags and staging copies on the user's streams
   CopySecond,  // copies issued as the second side
   UserWaits,   // the user streams' waits for the peers' copies
