@@ -113,12 +113,9 @@ int main(int argc, char** argv) {
       }
     }
   };
-  // The local half copied beside the push as strided rows of `row` bytes
-  // (two 2D copies, even and odd rows, so the driver cannot fold them into
-  // one contiguous copy): narrow rows slow a copy engine down. Does a slower
-  // local copy, spread over the push, cost the GEMM less than a burst?
-  // GPU 0's local half as strided rows of `row` bytes on `local` (row 0: one
-  // plain copy).
+  // GPU 0's local half on `local`: as strided rows of `row` bytes (two 2D
+  // copies, even rows then odd rows, so the driver cannot fold them into one
+  // contiguous copy), or as one plain copy when `row` is 0.
   auto localHalf = [&](size_t row) {
     const size_t half = bytes / 2;
     if (row == 0) {
@@ -138,6 +135,8 @@ int main(int argc, char** argv) {
       }
     }
   };
+  // The all-to-all shape with the local half beside the pushes as rows: does
+  // a strided local copy cost the GEMM less than one contiguous burst?
   auto allToAllRows = [&](size_t row) {
     const size_t half = bytes / 2;
     for (int i = 0; i < iters; ++i) {

@@ -318,8 +318,8 @@ Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
 // copy beside the pushes and x0.987-1.002 with it as rows of 128 B-4 KiB,
 // the shape taking as long either way (NVLink-bound; ferry-overlap-floor,
 // session 35; why is not measured yet: NOTES.md trap 71). Overlapping
-// ranges keep the plain copy (the second pass
-// would read bytes the first one wrote); copies of fewer than 32 rows too.
+// ranges keep the plain copy (the second pass would read bytes the first
+// one wrote), and so do copies of fewer than 32 rows.
 Status P2pEngine::copySelf(rt::Stream& s, char* dst, const char* src, uint64_t bytes) {
   constexpr uint64_t kMinRows = 32;
   constexpr uint64_t kMaxHeight = 65535;  // rows per 2D copy: inside any driver's limit

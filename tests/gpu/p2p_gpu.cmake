@@ -32,14 +32,12 @@ foreach(mode after:2 pieces:3)
 endforeach()
 # FERRY_P2P_SELF_COPY_ROWS: strided self copies (the all-to-all's blocks are
 # 48 KiB: rows of 112 bytes, a tail left over).
-foreach(case_rows self:4096 alltoall:112)
-  string(REPLACE ":" ";" cr ${case_rows})
-  list(GET cr 0 case)
-  list(GET cr 1 rows)
-  ferry_gpu_p2p_test(gpu.p2p.${case}.selfrows ${case})
-  set_tests_properties(gpu.p2p.${case}.selfrows PROPERTIES
-    ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=${rows}")
-endforeach()
+ferry_gpu_p2p_test(gpu.p2p.self.selfrows self)
+set_tests_properties(gpu.p2p.self.selfrows PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=4096")
+ferry_gpu_p2p_test(gpu.p2p.alltoall.selfrows alltoall)
+set_tests_properties(gpu.p2p.alltoall.selfrows PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=112")
 ferry_gpu_p2p_test(gpu.p2p.self.noselfcopy self)
 set_tests_properties(gpu.p2p.self.noselfcopy PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;CUDA_MODULE_LOADING=EAGER;FERRY_P2P_SELF_COPY=0")
