@@ -113,11 +113,23 @@ int main(int argc, char** argv) {
       }
     }
   };
+  constexpr size_t kBatch = ~size_t{0};  // localHalf: cudaMemcpyBatchAsync, compute-overlap hint
   // GPU 0's local half on `local`: as strided rows of `row` bytes (two 2D
   // copies, even rows then odd rows, so the driver cannot fold them into one
-  // contiguous copy), or as one plain copy when `row` is 0.
+  // contiguous copy), as one plain copy when `row` is 0, or as one batch
+  // copy with cudaMemcpyFlagPreferOverlapWithCompute when it is kBatch.
   auto localHalf = [&](size_t row) {
     const size_t half = bytes / 2;
+    if (row == kBatch) {  // one copy, hinted onto the copy engines (ferry-copy-sm)
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+      void* dsts[1] = {static_cast<char*>(buf[0][1]) + half};
+      const void* srcs[1] = {static_cast<char*>(buf[0][0]) + half};
+      size_t sizes[1] = {half}, idx[1] = {0};
+      CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, idx, 1, local));
+      return;
+    }
     if (row == 0) {
       CHECK(cudaMemcpyAsync(static_cast<char*>(buf[0][1]) + half,
                             static_cast<char*>(buf[0][0]) + half, half, cudaMemcpyDeviceToDevice,
@@ -173,7 +185,9 @@ int main(int argc, char** argv) {
       {"all-to-all shape, local beside as 512 B rows", [&] { allToAllRows(512); }},
       {"all-to-all shape, local beside as 256 B rows", [&] { allToAllRows(256); }},
       {"all-to-all shape, local beside as 128 B rows", [&] { allToAllRows(128); }},
+      {"all-to-all shape, local beside as a hinted batch", [&] { allToAllRows(kBatch); }},
       {"local half alone, one copy", [&] { localOnly(0); }},
+      {"local half alone, hinted batch copy", [&] { localOnly(kBatch); }},
       {"local half alone, as 4 KiB rows", [&] { localOnly(4096); }},
       {"local half alone, as 256 B rows", [&] { localOnly(256); }},
       {"copy engines + local staging copy",

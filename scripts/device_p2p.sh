@@ -7,7 +7,7 @@
 #           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
-#           wincoll
+#           wincoll copysm
 set -uo pipefail
 src=$1
 shift
@@ -39,7 +39,7 @@ for s in $stages; do
   case $s in
   build)
     stage build
-    cmake -S "$src" -B $b -G Ninja -DFERRY_CUDA=ON ${KTYPES:+-DFERRY_KERNEL_TYPES=$KTYPES} -DFERRY_GTEST_SRC="$gtest" >"$out/cmake.log" 2>&1 &&
+    cmake -S "$src" -B $b -G Ninja -DFERRY_CUDA=ON -DFERRY_KERNEL_TYPES=${KTYPES:-all} -DFERRY_GTEST_SRC="$gtest" >"$out/cmake.log" 2>&1 &&
       timeout 300 ninja -C $b -j 30 ${FERRY_TARGETS:-} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
     ;;
   gpu)
@@ -171,6 +171,11 @@ for s in $stages; do
     kill $smi 2>/dev/null
     awk -F', ' '$1==0 {split($2,c," "); split($3,p," "); n++; cs+=c[1]; ps+=p[1]; if (c[1]<cm||cm==0) cm=c[1]; if (p[1]>pm) pm=p[1]}
       END {printf "GPU0 sm clock avg %.0f min %.0f MHz, power avg %.0f max %.0f W (%d samples)\n", cs/n, cm, ps/n, pm, n}' "$out/smi.log"
+    ;;
+  copysm)
+    # Which copies run on SMs rather than copy engines (trap 71).
+    stage copysm
+    for sz in 268435456 16777216; do timeout 60 $b/bench/ferry-copy-sm $sz; done
     ;;
   alias)
     # Is the memop hang two streams sharing one hardware queue? memop waits,

@@ -332,6 +332,45 @@ bool timePlacement(Context& ctx, const OpCase& op, const std::vector<Shape>& sha
   return true;
 }
 
+// The overlap sample of the rank whose GEMM lost the most, on every rank:
+// each process times the GEMM on its first GPU only, and the ranks need not
+// lose alike (2x H100, torch's all-to-all: x1.009 on one rank, x1.071 on
+// the other), so rank 0's own sample would hide the worse one. The slowdown
+// and the traffic's time go through the library's own all-reduce (max, in
+// float: the bench's one shared channel), after the timed loop.
+bool worstRankSample(Context& ctx, OverlapSample* s, std::string* error) {
+  const double slowdown = s->gemmTflopsUnder > 0 ? s->gemmTflopsAlone / s->gemmTflopsUnder : 0;
+  std::vector<DeviceBuffer> bufs(ctx.devices.size());
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    // Other GPUs of this process ran no GEMM: zeros lose every max.
+    const float mine[2] = {i == 0 ? static_cast<float>(slowdown) : 0.f,
+                           i == 0 ? static_cast<float>(s->trafficSecondsPerIter * 1e6) : 0.f};
+    if (!bufs[i].allocate(ctx.devices[i], sizeof mine, error) ||
+        !bufs[i].upload(0, mine, sizeof mine, error)) {
+      return false;
+    }
+  }
+  const bool group = ctx.devices.size() > 1;
+  ncclResult_t r = group ? ctx.lib.groupStart() : ncclSuccess;
+  for (size_t i = 0; r == ncclSuccess && i < bufs.size(); ++i) {
+    r = ctx.lib.allReduce(bufs[i].data(), bufs[i].data(), 2, ncclFloat32, ncclMax,
+                          ctx.comms.comms[i], ctx.streams[i].get());
+  }
+  if (group) {
+    const ncclResult_t e = ctx.lib.groupEnd();
+    if (r == ncclSuccess) r = e;
+  }
+  if (r != ncclSuccess) {
+    *error = "combining the ranks' GEMM slowdowns: " + ctx.lib.errorText(r, ctx.comms.comms[0]);
+    return false;
+  }
+  float worst[2] = {0, 0};
+  if (!syncAll(ctx, error) || !bufs[0].download(0, worst, sizeof worst, error)) return false;
+  if (worst[0] > 0) s->gemmTflopsUnder = s->gemmTflopsAlone / worst[0];
+  s->trafficSecondsPerIter = worst[1] / 1e6;
+  return true;
+}
+
 bool measureOverlap(Context& ctx, const OpCase& op, const std::vector<Shape>& shapes,
                     const std::vector<Placement>& where, const Measure& alone, OverlapMeasure* o,
                     std::string* error) {
@@ -346,7 +385,8 @@ bool measureOverlap(Context& ctx, const OpCase& op, const std::vector<Shape>& sh
   // push waits and one GPU copies both directions).
   const auto lineUp = [&] { lineUpRanks(ctx, where); };
   if (!ctx.gemm->measureUnderTraffic(ctx.streams[0], ctx.opt.iters, alone.timeUs / 1e6, launch,
-                                     &sample, error, lineUp)) {
+                                     &sample, error, lineUp) ||
+      !worstRankSample(ctx, &sample, error)) {
     return false;
   }
   o->ran = true;

@@ -312,14 +312,15 @@ Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
   return ncclSuccess;
 }
 
-// FERRY_P2P_SELF_COPY_ROWS: one self copy as two strided copies (the even
-// rows, then the odd ones) and a plain copy of the tail. On 2x H200 a GEMM
-// beside the all-to-all shape lost x1.030 with the local half as one plain
-// copy beside the pushes and x0.987-1.002 with it as rows of 128 B-4 KiB,
-// the shape taking as long either way (NVLink-bound; ferry-overlap-floor,
-// session 35; why is not measured yet: NOTES.md trap 71). Overlapping
-// ranges keep the plain copy (the second pass would read bytes the first
-// one wrote), and so do copies of fewer than 32 rows.
+// FERRY_P2P_SELF_COPY_ROWS (default 4 KiB): one self copy as two strided
+// copies (the even rows, then the odd ones) and a plain copy of the tail.
+// Every copy within one GPU runs on SMs (the driver's copy kernel, whatever
+// the API: ferry-copy-sm, session 36); the strided one is a slower kernel
+// that a GEMM beside it barely feels. 256 MiB all-to-all on 2x H100: GEMM
+// x0.997-1.019 with rows against x1.083-1.122 with one plain copy, and the
+// all-to-all faster too (ferry-bench --overlap; NOTES.md trap 71).
+// Overlapping ranges keep the plain copy (the second pass would read bytes
+// the first one wrote), and so do copies of fewer than 32 rows.
 Status P2pEngine::copySelf(rt::Stream& s, char* dst, const char* src, uint64_t bytes) {
   constexpr uint64_t kMinRows = 32;
   constexpr uint64_t kMaxHeight = 65535;  // rows per 2D copy: inside any driver's limit

@@ -30,11 +30,12 @@ foreach(mode after:2 pieces:3)
       ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=${v}")
   endforeach()
 endforeach()
-# FERRY_P2P_SELF_COPY_ROWS: strided self copies (the all-to-all's blocks are
-# 48 KiB: rows of 112 bytes, a tail left over).
-ferry_gpu_p2p_test(gpu.p2p.self.selfrows self)
-set_tests_properties(gpu.p2p.self.selfrows PROPERTIES
-  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=4096")
+# FERRY_P2P_SELF_COPY_ROWS: strided self copies (the default, rows of 4 KiB;
+# the all-to-all's blocks are 48 KiB: rows of 112 bytes, a tail left over)
+# and one plain copy (0).
+ferry_gpu_p2p_test(gpu.p2p.self.selfplain self)
+set_tests_properties(gpu.p2p.self.selfplain PROPERTIES
+  ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=0")
 ferry_gpu_p2p_test(gpu.p2p.alltoall.selfrows alltoall)
 set_tests_properties(gpu.p2p.alltoall.selfrows PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=112")

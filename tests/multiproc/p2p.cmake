@@ -184,12 +184,17 @@ ferry_p2p_variants(after "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2" se
 ferry_p2p_variants(pieces "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=3" self:2)
 # FERRY_P2P_SELF_COPY_ROWS: self copies as strided rows (the cases' odd
 # sizes leave a tail for the plain copy); p2p.self.rows.n2 checks that the
-# rows path ran, since the copies' results alone cannot tell.
+# rows path ran, since the copies' results alone cannot tell. The default
+# is rows of 4 KiB: "plainself" keeps one plain copy covered.
 ferry_p2p_variants(rows "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=64" alltoall:3)
+ferry_p2p_variants(plainself "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=0"
+  alltoall:3 self:2)
 ferry_p2p_variants(rowsafter
   "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY=2;FERRY_P2P_SELF_COPY_ROWS=4096" self:3)
 ferry_p2p_trace_test(p2p.self.rows.n2 2 self "copied as rows of 112 bytes"
   "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_SELF_COPY_ROWS=112")
+ferry_p2p_trace_test(p2p.self.rowsdefault.n2 2 self "copied as rows of 4096 bytes"
+  "FERRY_P2P_KERNEL_MAX_BYTES=0")
 ferry_p2p_test(p2p.self.staged.n2 2 self)
 set_tests_properties(p2p.self.staged.n2 PROPERTIES
   ENVIRONMENT "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_P2P_STAGE_SENDS=1")
