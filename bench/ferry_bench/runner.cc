@@ -1,9 +1,11 @@
 #include "ferry_bench/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ferry_bench/device.h"
@@ -335,39 +337,58 @@ bool timePlacement(Context& ctx, const OpCase& op, const std::vector<Shape>& sha
 // The overlap sample of the rank whose GEMM lost the most, on every rank:
 // each process times the GEMM on its first GPU only, and the ranks need not
 // lose alike (2x H100, torch's all-to-all: x1.009 on one rank, x1.071 on
-// the other), so rank 0's own sample would hide the worse one. The slowdown
-// and the traffic's time go through the library's own all-reduce (max, in
-// float: the bench's one shared channel), after the timed loop.
-bool worstRankSample(Context& ctx, OverlapSample* s, std::string* error) {
+// the other), so rank 0's own sample would hide the worse one. Each rank's
+// slowdown and traffic time go through the library's own all-gather (in
+// float: the bench's one shared channel), after the timed loop; process
+// rank 0 prints them all on one comment line.
+bool worstRankSample(Context& ctx, const OpCase& op, size_t bytes, OverlapSample* s,
+                     std::string* error) {
   const double slowdown = s->gemmTflopsUnder > 0 ? s->gemmTflopsAlone / s->gemmTflopsUnder : 0;
-  std::vector<DeviceBuffer> bufs(ctx.devices.size());
-  for (size_t i = 0; i < bufs.size(); ++i) {
+  const size_t n = static_cast<size_t>(ctx.nranks);
+  std::vector<DeviceBuffer> mine(ctx.devices.size()), all(ctx.devices.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
     // Other GPUs of this process ran no GEMM: zeros lose every max.
-    const float mine[2] = {i == 0 ? static_cast<float>(slowdown) : 0.f,
-                           i == 0 ? static_cast<float>(s->trafficSecondsPerIter * 1e6) : 0.f};
-    if (!bufs[i].allocate(ctx.devices[i], sizeof mine, error) ||
-        !bufs[i].upload(0, mine, sizeof mine, error)) {
+    const float v[2] = {i == 0 ? static_cast<float>(slowdown) : 0.f,
+                        i == 0 ? static_cast<float>(s->trafficSecondsPerIter * 1e6) : 0.f};
+    if (!mine[i].allocate(ctx.devices[i], sizeof v, error) ||
+        !mine[i].upload(0, v, sizeof v, error) ||
+        !all[i].allocate(ctx.devices[i], n * sizeof v, error)) {
       return false;
     }
   }
   const bool group = ctx.devices.size() > 1;
   ncclResult_t r = group ? ctx.lib.groupStart() : ncclSuccess;
-  for (size_t i = 0; r == ncclSuccess && i < bufs.size(); ++i) {
-    r = ctx.lib.allReduce(bufs[i].data(), bufs[i].data(), 2, ncclFloat32, ncclMax,
-                          ctx.comms.comms[i], ctx.streams[i].get());
+  for (size_t i = 0; r == ncclSuccess && i < mine.size(); ++i) {
+    r = ctx.lib.allGather(mine[i].data(), all[i].data(), 2, ncclFloat32, ctx.comms.comms[i],
+                          ctx.streams[i].get());
   }
   if (group) {
     const ncclResult_t e = ctx.lib.groupEnd();
     if (r == ncclSuccess) r = e;
   }
   if (r != ncclSuccess) {
-    *error = "combining the ranks' GEMM slowdowns: " + ctx.lib.errorText(r, ctx.comms.comms[0]);
+    *error = "gathering the ranks' GEMM slowdowns: " + ctx.lib.errorText(r, ctx.comms.comms[0]);
     return false;
   }
-  float worst[2] = {0, 0};
-  if (!syncAll(ctx, error) || !bufs[0].download(0, worst, sizeof worst, error)) return false;
-  if (worst[0] > 0) s->gemmTflopsUnder = s->gemmTflopsAlone / worst[0];
-  s->trafficSecondsPerIter = worst[1] / 1e6;
+  std::vector<float> v(2 * n);
+  if (!syncAll(ctx, error) || !all[0].download(0, v.data(), v.size() * sizeof(float), error)) {
+    return false;
+  }
+  float worst = 0, slowestUs = 0;
+  std::string line;
+  for (size_t k = 0; k < n; ++k) {
+    worst = std::max(worst, v[2 * k]);
+    slowestUs = std::max(slowestUs, v[2 * k + 1]);
+    char cell[32];
+    if (v[2 * k] > 0) snprintf(cell, sizeof cell, " x%.3f", v[2 * k]);
+    line += v[2 * k] > 0 ? cell : " -";
+  }
+  if (ctx.reporter) {
+    printf("# overlap %s %zu B: GEMM slowdown by rank%s (the worst is reported)\n",
+           opInfo(op.kind).name, bytes, line.c_str());
+  }
+  if (worst > 0) s->gemmTflopsUnder = s->gemmTflopsAlone / worst;
+  s->trafficSecondsPerIter = slowestUs / 1e6;
   return true;
 }
 
@@ -386,7 +407,7 @@ bool measureOverlap(Context& ctx, const OpCase& op, const std::vector<Shape>& sh
   const auto lineUp = [&] { lineUpRanks(ctx, where); };
   if (!ctx.gemm->measureUnderTraffic(ctx.streams[0], ctx.opt.iters, alone.timeUs / 1e6, launch,
                                      &sample, error, lineUp) ||
-      !worstRankSample(ctx, &sample, error)) {
+      !worstRankSample(ctx, op, shapes[0].count * typeSize(op.type), &sample, error)) {
     return false;
   }
   o->ran = true;
