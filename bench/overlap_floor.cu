@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   // copy with cudaMemcpyFlagPreferOverlapWithCompute when it is kBatch.
   auto localHalf = [&](size_t row) {
     const size_t half = bytes / 2;
-    if (row == kBatch) {  // one copy, hinted onto the copy engines (ferry-copy-sm)
+    if (row == kBatch) {  // hinted toward overlap with compute; still SMs (ferry-copy-sm)
       cudaMemcpyAttributes attr{};
       attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
       attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;

@@ -95,8 +95,8 @@
   X(P2pSelfCopyRows, "FERRY_P2P_SELF_COPY_ROWS", Int, "4096",                                    \
     "> 0: a self copy of at least 32 rows (FERRY_P2P_SELF_COPY 1-2, and 3 outside its pieces) "  \
     "runs as two strided copies of rows of this many bytes (even rows, then odd; a multiple of "  \
-    "16 in 64..1M): compute beside an all-to-all lost less that way, and the all-to-all ran "    \
-    "faster (NOTES.md trap 71); 0: one plain copy.")                                              \
+    "16 in 64..1M): compute beside an all-to-all loses much less that way, at about the same "   \
+    "all-to-all speed (NOTES.md trap 71); 0: one plain copy.")                                    \
   X(P2pUserStreamCopy, "FERRY_P2P_USER_STREAM_COPY", Int, "1",                                   \
     "1: a launch's only copy as the second side on a user stream that waits for it anyway runs "  \
     "on that stream instead of its connection's copy stream (4 fewer CUDA calls per message); "   \

@@ -316,9 +316,10 @@ Status P2pEngine::copySelfPairs(const std::vector<P2pTask>& tasks,
 // copies (the even rows, then the odd ones) and a plain copy of the tail.
 // Every copy within one GPU runs on SMs (the driver's copy kernel, whatever
 // the API: ferry-copy-sm, session 36); the strided one is a slower kernel
-// that a GEMM beside it barely feels. 256 MiB all-to-all on 2x H100: GEMM
-// x0.997-1.019 with rows against x1.083-1.122 with one plain copy, and the
-// all-to-all faster too (ferry-bench --overlap; NOTES.md trap 71).
+// that a GEMM beside it barely feels. 256 MiB all-to-all, GEMM beside it
+// (ferry-bench --overlap): 2x H100 x0.997-1.019 with rows against
+// x1.083-1.122 with one plain copy, the all-to-all alone 10% faster; 2x
+// H200 x1.016-1.018 against x1.076, 2.6% slower (NOTES.md trap 71).
 // Overlapping ranges keep the plain copy (the second pass would read bytes
 // the first one wrote), and so do copies of fewer than 32 rows.
 Status P2pEngine::copySelf(rt::Stream& s, char* dst, const char* src, uint64_t bytes) {
