@@ -4,7 +4,8 @@
 // another stream. A copy that completes while every SM is held ran on a
 // copy engine; one that completes only after the release needed SMs (a
 // copy kernel the driver launched for it). A tiny kernel is the control
-// that must wait. Each kind's bandwidth alone is printed beside it.
+// that must wait. Each kind's bandwidth alone and the CPU time of its
+// call are printed beside it.
 //
 // Why: a GEMM beside an all-to-all lost x1.03-1.06 to the all-to-all's
 // local block as one plain copy and ~x1.00 to the same bytes as strided
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
   }
   printf("# %zu B; GPU 0 held by %d blocks x %d threads (%d SMs x %d)\n", bytes, sms * perSm,
          kThreads, sms, perSm);
-  printf("# %-56s %-10s %10s %9s\n", "copy", "runs on", "done at ms", "GB/s alone");
+  printf("# %-56s %-10s %10s %9s %9s\n", "copy", "runs on", "done at ms", "GB/s alone", "CPU us");
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -167,6 +168,18 @@ int main(int argc, char** argv) {
     CHECK(cudaEventSynchronize(e1));
     float ms = 0;
     CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    // The call's own CPU time: the median of kCalls issued back to back
+    // (session 36's torch a2a spent 0.1-0.17 ms more CPU per call with its
+    // self block as two strided copies than as one plain copy).
+    constexpr int kCalls = 9;
+    std::vector<double> cpuUs;
+    for (int c = 0; c < kCalls; ++c) {
+      const auto c0 = std::chrono::steady_clock::now();
+      CHECK(k.issue());
+      cpuUs.push_back(elapsedMs(c0) * 1e3);
+    }
+    CHECK(cudaStreamSynchronize(s));
+    std::sort(cpuUs.begin(), cpuUs.end());
     // Beside a kernel that holds every SM.
     *release = 0;
     *arrived = 0;
@@ -193,7 +206,8 @@ int main(int argc, char** argv) {
     CHECK(cudaDeviceSynchronize());
     if (doneMs < 0) doneMs = elapsedMs(t1);
     const char* where = !held ? "(not held)" : doneMs < kHoldMs ? "copy engine" : "SMs";
-    printf("  %-56s %-10s %10.2f %9.1f\n", k.name, where, doneMs, k.moved / (ms / 1e3) / 1e9);
+    printf("  %-56s %-10s %10.2f %9.1f %9.1f\n", k.name, where, doneMs, k.moved / (ms / 1e3) / 1e9,
+           cpuUs[kCalls / 2]);
   }
   return 0;
 }
