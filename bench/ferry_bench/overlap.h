@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ferry_bench/device.h"
 
@@ -17,8 +18,9 @@ namespace ferry::bench {
 // One measurement of a GEMM loop beside traffic.
 struct OverlapSample {
   double trafficSecondsPerIter = 0;
-  double gemmTflopsAlone = 0;  // mean of the GEMMs alone just before and after
-  double gemmTflopsUnder = 0;  // the same GEMMs beside the traffic
+  double gemmTflopsAlone = 0;         // mean of the GEMMs alone just before and after
+  double gemmTflopsUnder = 0;         // the same GEMMs beside the traffic
+  std::vector<double> rankSlowdowns;  // every rank's (runner.cc worstRankSample)
 };
 
 class GemmLoop {

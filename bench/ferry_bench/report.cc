@@ -84,10 +84,19 @@ std::string rowJson(const SizeRow& row) {
     const OverlapMeasure& o = row.overlap;
     snprintf(buf, sizeof(buf),
              ",\"overlap\":{\"gemm_tflops\":%.3f,\"gemm_tflops_under_comm\":%.3f,"
-             "\"gemm_slowdown\":%.4f,\"busbw_under_gemm\":%.4f}",
+             "\"gemm_slowdown\":%.4f,\"busbw_under_gemm\":%.4f",
              o.gemmTflopsAlone, o.gemmTflopsUnder, ratio(o.gemmTflopsAlone, o.gemmTflopsUnder),
              o.busBwUnderGemm);
     s += buf;
+    if (!o.rankSlowdowns.empty()) {
+      s += ",\"gemm_slowdown_by_rank\":[";
+      for (size_t k = 0; k < o.rankSlowdowns.size(); ++k) {
+        snprintf(buf, sizeof(buf), "%s%.4f", k > 0 ? "," : "", o.rankSlowdowns[k]);
+        s += buf;
+      }
+      s += "]";
+    }
+    s += "}";
   }
   return s + "}";
 }
@@ -164,6 +173,18 @@ void printRun(FILE* out, const RunResult& run, bool overlap) {
                 ratio(o.gemmTflopsAlone, o.gemmTflopsUnder), o.busBwUnderGemm);
       }
       fprintf(out, "\n");
+      if (overlap && row.overlap.rankSlowdowns.size() > 1) {
+        fprintf(out, "#   %zu B: GEMM slowdown by rank (the slowdown column: the worst)",
+                row.bytes);
+        for (double x : row.overlap.rankSlowdowns) {
+          if (x > 0) {
+            fprintf(out, " x%.3f", x);
+          } else {
+            fprintf(out, " -");  // a rank without a GEMM (another GPU of a process)
+          }
+        }
+        fprintf(out, "\n");
+      }
     }
     printOpStatus(out, run, op);
   }

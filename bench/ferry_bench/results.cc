@@ -30,6 +30,19 @@ bool readMeasure(std::istringstream& in, Measure* m) {
   return static_cast<bool>(in >> m->ran >> m->timeUs >> m->algBw >> m->busBw >> m->wrong);
 }
 
+// A count, then that many values (at most kMaxRanks: a bad count is an
+// error, not an allocation).
+bool readDoubles(std::istringstream& in, std::vector<double>* v) {
+  constexpr size_t kMaxRanks = 1 << 20;
+  size_t n = 0;
+  if (!(in >> n) || n > kMaxRanks) return false;
+  v->assign(n, 0);
+  for (double& x : *v) {
+    if (!(in >> x)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string serializeResult(const RunResult& r) {
@@ -48,7 +61,9 @@ std::string serializeResult(const RunResult& r) {
       writeMeasure(out, row.ip);
       const OverlapMeasure& o = row.overlap;
       out << ' ' << o.ran << ' ' << o.gemmTflopsAlone << ' ' << o.gemmTflopsUnder << ' '
-          << o.busBwUnderGemm << "\n";
+          << o.busBwUnderGemm << ' ' << o.rankSlowdowns.size();
+      for (double x : o.rankSlowdowns) out << ' ' << x;
+      out << "\n";
     }
   }
   out << "end\n";
@@ -97,7 +112,8 @@ bool parseResult(const std::string& text, RunResult* result, std::string* error)
       ok = !r.ops.empty() && static_cast<bool>(in >> row.bytes >> row.count) &&
            readMeasure(in, &row.oop) && readMeasure(in, &row.ip) &&
            static_cast<bool>(in >> o.ran >> o.gemmTflopsAlone >> o.gemmTflopsUnder >>
-                             o.busBwUnderGemm);
+                             o.busBwUnderGemm) &&
+           readDoubles(in, &o.rankSlowdowns);
       if (ok) r.ops.back().rows.push_back(row);
     } else if (key == "end")
       end = true;
@@ -140,6 +156,30 @@ const SizeRow* findRow(const RunResult& r, size_t op, OpKind kind, size_t bytes)
   return nullptr;
 }
 
+// Each rank's median slowdown over the rounds, and the worst of those as
+// the row's: the median of each round's worst would charge every round's
+// luckier rank's noise upward (two ranks, each +-3% a round). Only when
+// every round knows every rank; else the median round's own worst stays.
+void worstRankMedian(const std::vector<OverlapMeasure>& rounds, OverlapMeasure* out) {
+  const size_t n = rounds[0].rankSlowdowns.size();
+  if (n == 0) return;
+  for (const OverlapMeasure& o : rounds) {
+    if (o.rankSlowdowns.size() != n) return;
+  }
+  std::vector<double> medians(n);
+  double worst = 0;
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<double> v;
+    for (const OverlapMeasure& o : rounds) {
+      if (o.rankSlowdowns[k] > 0) v.push_back(o.rankSlowdowns[k]);
+    }
+    medians[k] = v.empty() ? 0 : medianOf(v);
+    worst = std::max(worst, medians[k]);
+  }
+  out->rankSlowdowns = medians;
+  if (worst > 0) out->gemmTflopsUnder = out->gemmTflopsAlone / worst;
+}
+
 void mergeRow(const std::vector<RunResult>& runs, size_t op, OpKind kind, SizeRow* row) {
   std::vector<const Measure*> oop, ip;
   std::vector<OverlapMeasure> overlaps;
@@ -168,6 +208,7 @@ void mergeRow(const std::vector<RunResult>& runs, size_t op, OpKind kind, SizeRo
               });
     row->overlap = overlaps[overlaps.size() / 2];
     row->overlap.busBwUnderGemm = medianOf(busBw);
+    worstRankMedian(overlaps, &row->overlap);
   }
 }
 

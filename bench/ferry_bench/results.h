@@ -27,6 +27,10 @@ struct OverlapMeasure {
   double gemmTflopsAlone = 0;
   double gemmTflopsUnder = 0;  // while the traffic runs
   double busBwUnderGemm = 0;   // traffic's busbw while the GEMM runs
+  // Each rank's GEMM slowdown (alone / beside; 0 where a rank timed no
+  // GEMM). gemmTflopsUnder is the worst rank's; over --rounds, each rank's
+  // median round, then the worst of those (as the torch client reports).
+  std::vector<double> rankSlowdowns;
 };
 
 struct SizeRow {

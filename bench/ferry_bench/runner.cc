@@ -339,10 +339,9 @@ bool timePlacement(Context& ctx, const OpCase& op, const std::vector<Shape>& sha
 // lose alike (2x H100, torch's all-to-all: x1.009 on one rank, x1.071 on
 // the other), so rank 0's own sample would hide the worse one. Each rank's
 // slowdown and traffic time go through the library's own all-gather (in
-// float: the bench's one shared channel), after the timed loop; process
-// rank 0 prints them all on one comment line.
-bool worstRankSample(Context& ctx, const OpCase& op, size_t bytes, OverlapSample* s,
-                     std::string* error) {
+// float: the bench's one shared channel), after the timed loop; the
+// report lists them under the row (results.cc folds rounds per rank).
+bool worstRankSample(Context& ctx, OverlapSample* s, std::string* error) {
   const double slowdown = s->gemmTflopsUnder > 0 ? s->gemmTflopsAlone / s->gemmTflopsUnder : 0;
   const size_t n = static_cast<size_t>(ctx.nranks);
   std::vector<DeviceBuffer> mine(ctx.devices.size()), all(ctx.devices.size());
@@ -375,17 +374,11 @@ bool worstRankSample(Context& ctx, const OpCase& op, size_t bytes, OverlapSample
     return false;
   }
   float worst = 0, slowestUs = 0;
-  std::string line;
+  s->rankSlowdowns.assign(n, 0);
   for (size_t k = 0; k < n; ++k) {
+    s->rankSlowdowns[k] = v[2 * k];
     worst = std::max(worst, v[2 * k]);
     slowestUs = std::max(slowestUs, v[2 * k + 1]);
-    char cell[32];
-    if (v[2 * k] > 0) snprintf(cell, sizeof cell, " x%.3f", v[2 * k]);
-    line += v[2 * k] > 0 ? cell : " -";
-  }
-  if (ctx.reporter) {
-    printf("# overlap %s %zu B: GEMM slowdown by rank%s (the worst is reported)\n",
-           opInfo(op.kind).name, bytes, line.c_str());
   }
   if (worst > 0) s->gemmTflopsUnder = s->gemmTflopsAlone / worst;
   s->trafficSecondsPerIter = slowestUs / 1e6;
@@ -407,12 +400,13 @@ bool measureOverlap(Context& ctx, const OpCase& op, const std::vector<Shape>& sh
   const auto lineUp = [&] { lineUpRanks(ctx, where); };
   if (!ctx.gemm->measureUnderTraffic(ctx.streams[0], ctx.opt.iters, alone.timeUs / 1e6, launch,
                                      &sample, error, lineUp) ||
-      !worstRankSample(ctx, op, shapes[0].count * typeSize(op.type), &sample, error)) {
+      !worstRankSample(ctx, &sample, error)) {
     return false;
   }
   o->ran = true;
   o->gemmTflopsAlone = sample.gemmTflopsAlone;
   o->gemmTflopsUnder = sample.gemmTflopsUnder;
+  o->rankSlowdowns = sample.rankSlowdowns;
   const double sec = sample.trafficSecondsPerIter;
   const double algBw =
       sec > 0 ? static_cast<double>(shapes[0].count * typeSize(op.type)) / 1e9 / sec : 0;
