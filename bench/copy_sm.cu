@@ -169,8 +169,8 @@ int main(int argc, char** argv) {
     float ms = 0;
     CHECK(cudaEventElapsedTime(&ms, e0, e1));
     // The call's own CPU time: the median of kCalls issued back to back
-    // (session 36's torch a2a spent 0.1-0.17 ms more CPU per call with its
-    // self block as two strided copies than as one plain copy).
+    // (an SM-free launch is CPU-bound in torch: what each kind of copy adds
+    // to it).
     constexpr int kCalls = 9;
     std::vector<double> cpuUs;
     for (int c = 0; c < kCalls; ++c) {
