@@ -41,8 +41,9 @@
     "0: always through pinned host staging (the default until measured on GPUDirect hardware).") \
   X(NetStagingWaitUs, "FERRY_NET_STAGING_WAIT_US", Int, "2000",                                   \
     "Point-to-point across hosts: a send whose connection already holds 4 staging blocks of its " \
-    "size, all busy, waits up to this long for one to free before pinning another (0: never "     \
-    "wait).")                                                                                     \
+    "size, all busy, waits for one to free while the network keeps taking the connection's "     \
+    "chunks, and pins another once this long plus 250 us per MiB of the message passed with "    \
+    "none taken (0: never wait).")                                                               \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
     "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
     "them without sleeping, yielding the CPU between passes, until this many us pass with "     \

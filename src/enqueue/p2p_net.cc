@@ -152,7 +152,10 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   if (!overlapped) chooseNetDirect(t, *conn, *op);
   NetBuffers::SendWait wait;
   wait.posted = conn->nextSeq;  // this launch's messages are not the proxy's yet
-  wait.ns = stagingWaitNs_;     // FERRY_NET_STAGING_WAIT_US
+  // FERRY_NET_STAGING_WAIT_US of nothing taken, plus 250 us per MiB: the
+  // network may pause for as long as the receiver takes to drain one of
+  // its blocks (at >= 4 GB/s), and pinning a block costs about that too.
+  wait.ns = stagingWaitNs_ > 0 ? stagingWaitNs_ + static_cast<int64_t>(t.bytes >> 20) * 250000 : 0;
   wait.abort = abortFlag_;
   const uint64_t last = op->chunks() - 1;
   const uint64_t staged = op->direct != nullptr ? op->chunkSize(last) : t.bytes;

@@ -151,6 +151,9 @@ Status NetProgress::retire(ConnState& c, const InFlight& f) {
     // Release: the chunk's bytes are in the block before a stream that
     // acquires `arrived` copies them out.
     words.arrived.store(f.chunk + 1);
+  } else {
+    // Progress only (the staging wait's, NetBuffers::waitSent).
+    words.taken.store(f.chunk + 1);
   }
   if (++op.done < op.chunks()) return ncclSuccess;
   // Release: the engine is done with the staging block; the user's thread

@@ -31,6 +31,7 @@ Status NetBuffers::init() {
   words_->arrived.store(0);
   words_->drained.store(0);
   words_->ready.store(0);
+  words_->taken.store(0);
   directCapable_ = true;
   for (NetLink* l : links_) {
     net::NetProperties p;
@@ -91,12 +92,20 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
 }
 
 bool NetBuffers::waitSent(uint64_t target, const SendWait& wait) const {
-  const int64_t deadline = steadyNowNs() + wait.ns;
+  // `taken` only tells progress (no data depends on it): any load will do.
+  uint64_t seen = words_->taken.load();
+  int64_t deadline = steadyNowNs() + wait.ns;
   // Acquire (the load): the engine is done with the block once `sent`
   // passed its message.
   while (words_->sent.load() < target) {
     if (wait.abort != nullptr && wait.abort->load(std::memory_order_acquire)) return false;
-    if (steadyNowNs() > deadline) return false;
+    const uint64_t now = words_->taken.load();
+    if (now != seen) {  // the network took a chunk: it moves, keep waiting
+      seen = now;
+      deadline = steadyNowNs() + wait.ns;
+    } else if (steadyNowNs() > deadline) {
+      return false;
+    }
     std::this_thread::yield();
   }
   return true;

@@ -38,6 +38,8 @@ struct NetWords {
   CtrlWord drained;  // receiver: messages copied out of staging (its copy stream writes)
   CtrlWord ready;    // receiver: messages whose user buffer may be written (its copy stream
                      // writes; direct receives only, FERRY_NET_GDR)
+  CtrlWord taken;    // sender: chunks the network took (proxy writes); only a send's
+                     // staging wait reads it, as the sign that the network still moves
 };
 
 class NetBuffers {
@@ -63,13 +65,15 @@ class NetBuffers {
   // a block per message in flight).
   //
   // A send connection that holds kSendBlocksPerSize blocks that fit, all
-  // busy, waits (on this thread, at most `wait.ns`, honouring wait.abort)
-  // for the one that frees first, if its message is already the proxy's
-  // (seq < wait.posted: the network alone frees it), then pins another only
-  // if that wait ran out: the CPU's run-ahead then costs a bounded wait
+  // busy, waits (on this thread, honouring wait.abort) for the one that
+  // frees first, if its message is already the proxy's (seq < wait.posted:
+  // the network alone frees it), for as long as the network keeps taking
+  // the connection's chunks, and pins another only once `wait.ns` passed
+  // with none taken: the CPU's run-ahead then costs the network's own pace
   // instead of a cudaHostAlloc and pinned memory per message in flight
-  // (trap 41), and a sender whose earlier messages cannot move (their
-  // receiver is not there yet) still never waits longer than wait.ns.
+  // (trap 41; a fixed 2 ms bound ran out behind every message longer than
+  // that, ~10 MiB at 5 GB/s), and a sender whose earlier messages cannot
+  // move (their receiver is not there yet) still waits only wait.ns.
   struct SendWait {
     uint64_t posted = 0;  // messages of the connection handed to the proxy
     int64_t ns = 0;
@@ -101,7 +105,8 @@ class NetBuffers {
   [[nodiscard]] Status allocate(uint64_t bytes, Region* out);
   // Deregisters each link's handle of one range (null ones skipped).
   void deregister(NetMhandles& mhandles);
-  // Waits for `sent` to reach `target`; false when the wait ran out or aborted.
+  // Waits for `sent` to reach `target`; false when wait.ns passed with no
+  // chunk taken, or on abort.
   bool waitSent(uint64_t target, const SendWait& wait) const;
 
   rt::Runtime* runtime_;

@@ -62,6 +62,14 @@ ferry_net_p2p_test(net.p2p.recvdepth.2x1 2 1 recvdepth)
 # Twelve sends in flight pin four send staging blocks, waiting for the
 # network to free them (the wait raised so that no slow machine runs it out).
 ferry_net_p2p_test(net.p2p.senddepth.2x1 2 1 senddepth FERRY_NET_STAGING_WAIT_US=10000000)
+# The same on a slow network: the test plugin reports each send done 10 ms
+# after the one before, so a message of 9 chunks takes ~90 ms, three times
+# the staging wait (30 ms + 0.25 ms per MiB of nothing taken: room for a
+# loaded machine's stalls); the wait goes on while chunks keep leaving, and
+# the sender still pins four blocks (a bound on the whole wait, as before
+# session 36, pinned one per send in flight: checked).
+ferry_net_p2p_test(net.p2p.senddepth.paced.2x1 2 1 senddepth
+  "FERRY_NET_STAGING_WAIT_US=30000;FERRY_NET_CHUNK_BYTES=128K;FERRY_TEST_NET_SEND_GAP_US=10000;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
 ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)

@@ -14,6 +14,8 @@
 // sent. Every entry point counts its calls; the extra C function
 // ferryTestNetCounters("isend") returns a count (-1 for an unknown name).
 // FERRY_TEST_NET_FAIL_INIT=1 in the environment makes init fail.
+// FERRY_TEST_NET_SEND_GAP_US=G makes a slow network: test() reports a send
+// done no sooner than G us after the comm's previous one.
 // FERRY_TEST_NET_DEVICES=N (1..8, default 1) makes it report N devices
 // ("NICs", all on loopback); ferryTestNetCounters("listen@d") and
 // ("connect@d") count the calls on device d; ("isendBytes") the bytes of
@@ -35,6 +37,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -178,8 +181,9 @@ struct Comm {
   int fd = -1;
   bool isSend = false;
   Request requests[kRequestsPerComm];
-  std::deque<Request*> queue;                       // in posting order; only the head moves
-  std::vector<std::pair<char*, size_t>> unflushed;  // scrambled until iflush
+  std::deque<Request*> queue;                            // in posting order; only the head moves
+  std::vector<std::pair<char*, size_t>> unflushed;       // scrambled until iflush
+  std::chrono::steady_clock::time_point lastSendDone{};  // FERRY_TEST_NET_SEND_GAP_US
 };
 
 void scramble(char* p, size_t n) {
@@ -193,6 +197,15 @@ struct ListenComm {
   uint32_t hello = 0;
   size_t helloGot = 0;
 };
+
+// FERRY_TEST_NET_SEND_GAP_US, read once (0: no pacing).
+std::chrono::microseconds sendGap() {
+  static const std::chrono::microseconds gap = [] {
+    const char* v = getenv("FERRY_TEST_NET_SEND_GAP_US");
+    return std::chrono::microseconds(v != nullptr ? atol(v) : 0);
+  }();
+  return gap;
+}
 
 bool failInitRequested() {
   const char* v = getenv("FERRY_TEST_NET_FAIL_INIT");
@@ -574,6 +587,11 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     return ncclSystemError;
   }
   if (!r->finished) return ncclSuccess;
+  if (r->isSend && sendGap().count() > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < r->comm->lastSendDone + sendGap()) return ncclSuccess;  // paced: not yet
+    r->comm->lastSendDone = now;
+  }
   *done = 1;
   if (sizes != nullptr) sizes[0] = static_cast<int>(r->bodySize);
   r->inUse = false;
