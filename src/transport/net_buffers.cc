@@ -1,5 +1,6 @@
 #include "transport/net_buffers.h"
 
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -94,19 +95,28 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
 bool NetBuffers::waitSent(uint64_t target, const SendWait& wait) const {
   // `taken` only tells progress (no data depends on it): any load will do.
   uint64_t seen = words_->taken.load();
-  int64_t deadline = steadyNowNs() + wait.ns;
+  const int64_t start = steadyNowNs();
+  int64_t deadline = start + wait.ns;
   // Acquire (the load): the engine is done with the block once `sent`
   // passed its message.
   while (words_->sent.load() < target) {
     if (wait.abort != nullptr && wait.abort->load(std::memory_order_acquire)) return false;
     const uint64_t now = words_->taken.load();
+    const int64_t t = steadyNowNs();
     if (now != seen) {  // the network took a chunk: it moves, keep waiting
       seen = now;
-      deadline = steadyNowNs() + wait.ns;
-    } else if (steadyNowNs() > deadline) {
+      deadline = t + wait.ns;
+    } else if (t > deadline) {
       return false;
     }
-    std::this_thread::yield();
+    // A wait can last as long as a large message takes to cross: spin for
+    // the first millisecond, then nap, so the calling thread does not burn a
+    // core for tens of milliseconds.
+    if (t - start < 1000000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
   return true;
 }
