@@ -1,4 +1,4 @@
-// ferry-overlap-floor: what a bf16 GEMM on GPU 0 loses to traffic that takes
+// ferry-overlap-floor: what a bf16 GEMM on one GPU loses to traffic that takes
 // no SMs at all, measured with ferry-bench's own GEMM loop (GemmLoop in
 // ferry_bench/overlap.h: GEMMs enqueued back to back, the traffic launched
 // beside them, GEMM time from events around the whole batch). It separates
@@ -6,9 +6,11 @@
 // communication library adds on top (SMs for kernels, one-thread wait
 // kernels, staging copies).
 //
-// Usage: ferry-overlap-floor [bytes] [iters]   (one process, two GPUs)
-// Each line: the traffic kind, the GEMM's TFLOP/s alone and beside it, and
-// the slowdown (alone / beside).
+// Usage: ferry-overlap-floor [bytes] [iters] [gemm GPU, 0 or 1]
+// (one process, two GPUs). Each line: the traffic kind, the GEMM's TFLOP/s
+// alone and beside it, and the slowdown (alone / beside). The buffers hold
+// fresh random words each run: constant data toggles fewer bits in HBM and
+// on NVLink, draws less power and would flatter the floor.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,11 +36,29 @@ __global__ void spinFor(unsigned long long ns) {
   } while (now - start < ns);
 }
 
+// Fills `n` words with a hash of (seed, index): random-looking data that
+// differs every run (the seed is the clock).
+__global__ void fillRandom(unsigned* p, size_t n, unsigned long long seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    unsigned long long z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    p[i] = static_cast<unsigned>(z ^ (z >> 31));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   size_t bytes = argc > 1 ? strtoull(argv[1], nullptr, 0) : (256u << 20);
   int iters = argc > 2 ? atoi(argv[2]) : 20;
+  const int me = argc > 3 ? atoi(argv[3]) : 0;  // the GPU that runs the GEMM
+  const int peer = 1 - me;
+  if (me != 0 && me != 1) {
+    fprintf(stderr, "ferry-overlap-floor: the GEMM GPU must be 0 or 1, not %s\n", argv[3]);
+    return 2;
+  }
   int devices = 0;
   CHECK(cudaGetDeviceCount(&devices));
   if (devices < 2) {
@@ -52,13 +72,21 @@ int main(int argc, char** argv) {
     CHECK(cudaDeviceEnablePeerAccess(1 - d, 0));
     CHECK(cudaMalloc(&buf[d][0], bytes));
     CHECK(cudaMalloc(&buf[d][1], bytes));
-    CHECK(cudaMemset(buf[d][0], d + 1, bytes));
+    const unsigned long long seed =
+        std::chrono::steady_clock::now().time_since_epoch().count() * 2 + d;
+    fillRandom<<<1024, 256>>>(static_cast<unsigned*>(buf[d][0]), bytes / 4, seed);
+    fillRandom<<<1024, 256>>>(static_cast<unsigned*>(buf[d][1]), bytes / 4, ~seed);
+    CHECK(cudaGetLastError());
     CHECK(cudaStreamCreateWithFlags(&copy[d], cudaStreamNonBlocking));
   }
-  CHECK(cudaSetDevice(0));
+  for (int d = 0; d < 2; ++d) {
+    CHECK(cudaSetDevice(d));
+    CHECK(cudaDeviceSynchronize());
+  }
+  CHECK(cudaSetDevice(me));
   CHECK(cudaStreamCreateWithFlags(&local, cudaStreamNonBlocking));
   using ferry::bench::Backend;
-  const ferry::bench::Device gpu0{Backend::Cuda, 0, nullptr};
+  const ferry::bench::Device gpu0{Backend::Cuda, me, nullptr};
   ferry::bench::GemmLoop g;
   ferry::bench::Stream beside;  // GemmLoop times "traffic" on it; unused otherwise
   std::string error;
@@ -76,45 +104,46 @@ int main(int argc, char** argv) {
         CHECK(cudaMemcpyPeerAsync(buf[1 - d][1], 1 - d, buf[d][0], d, bytes, copy[d]));
       }
     }
-    CHECK(cudaSetDevice(0));
+    CHECK(cudaSetDevice(me));
   };
   cudaEvent_t t0, t1;
   CHECK(cudaEventCreate(&t0));
   CHECK(cudaEventCreate(&t1));
-  CHECK(cudaEventRecord(t0, copy[0]));
+  CHECK(cudaEventRecord(t0, copy[me]));
   traffic();
-  CHECK(cudaEventRecord(t1, copy[0]));
+  CHECK(cudaEventRecord(t1, copy[me]));
   CHECK(cudaDeviceSynchronize());
   float trafficMs = 0;
   CHECK(cudaEventElapsedTime(&trafficMs, t0, t1));
   printf(
-      "# %zu B x %d each way: %.1f GB/s per direction alone; GEMM 8192^3 bf16 %.1f TFLOP/s alone\n",
-      bytes, iters, bytes * double(iters) / (trafficMs / 1e3) / 1e9, aloneTflops);
+      "# %zu B x %d each way: %.1f GB/s per direction alone; GEMM 8192^3 bf16 on GPU %d "
+      "%.1f TFLOP/s alone\n",
+      bytes, iters, bytes * double(iters) / (trafficMs / 1e3) / 1e9, me, aloneTflops);
   unsigned long long window = static_cast<unsigned long long>(trafficMs * 1e6);
   // An all-to-all's data movement: each GPU pushes half of `bytes` to the
-  // other, and GPU 0 copies the other half locally on `localStream`, in
-  // `pieces` pieces, each after the same share of GPU 0's push when that is
+  // other, and the GEMM's GPU copies the other half locally on `localStream`, in
+  // `pieces` pieces, each after the same share of the GEMM's GPU's push when that is
   // the push's stream (does spreading the HBM-heavy local copy out cost the
   // GEMM less than one burst beside the push?).
   auto allToAll = [&](int pieces, cudaStream_t localStream) {
     const size_t half = bytes / 2;
     const size_t piece = half / static_cast<size_t>(pieces);
     for (int i = 0; i < iters; ++i) {
-      CHECK(cudaSetDevice(1));
-      CHECK(cudaMemcpyPeerAsync(buf[0][1], 0, buf[1][0], 1, half, copy[1]));
-      CHECK(cudaSetDevice(0));
+      CHECK(cudaSetDevice(peer));
+      CHECK(cudaMemcpyPeerAsync(buf[me][1], me, buf[peer][0], peer, half, copy[peer]));
+      CHECK(cudaSetDevice(me));
       for (int p = 0; p < pieces; ++p) {
         const size_t off = piece * static_cast<size_t>(p);
-        CHECK(cudaMemcpyPeerAsync(static_cast<char*>(buf[1][1]) + off, 1,
-                                  static_cast<char*>(buf[0][0]) + off, 0, piece, copy[0]));
-        CHECK(cudaMemcpyAsync(static_cast<char*>(buf[0][1]) + half + off,
-                              static_cast<char*>(buf[0][0]) + half + off, piece,
+        CHECK(cudaMemcpyPeerAsync(static_cast<char*>(buf[peer][1]) + off, peer,
+                                  static_cast<char*>(buf[me][0]) + off, me, piece, copy[me]));
+        CHECK(cudaMemcpyAsync(static_cast<char*>(buf[me][1]) + half + off,
+                              static_cast<char*>(buf[me][0]) + half + off, piece,
                               cudaMemcpyDeviceToDevice, localStream));
       }
     }
   };
   constexpr size_t kBatch = ~size_t{0};  // localHalf: cudaMemcpyBatchAsync, compute-overlap hint
-  // GPU 0's local half on `local`: as strided rows of `row` bytes (two 2D
+  // the GEMM's GPU's local half on `local`: as strided rows of `row` bytes (two 2D
   // copies, even rows then odd rows, so the driver cannot fold them into one
   // contiguous copy), as one plain copy when `row` is 0, or as one batch
   // copy with cudaMemcpyFlagPreferOverlapWithCompute when it is kBatch.
@@ -124,15 +153,15 @@ int main(int argc, char** argv) {
       cudaMemcpyAttributes attr{};
       attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
       attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-      void* dsts[1] = {static_cast<char*>(buf[0][1]) + half};
-      const void* srcs[1] = {static_cast<char*>(buf[0][0]) + half};
+      void* dsts[1] = {static_cast<char*>(buf[me][1]) + half};
+      const void* srcs[1] = {static_cast<char*>(buf[me][0]) + half};
       size_t sizes[1] = {half}, idx[1] = {0};
       CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, idx, 1, local));
       return;
     }
     if (row == 0) {
-      CHECK(cudaMemcpyAsync(static_cast<char*>(buf[0][1]) + half,
-                            static_cast<char*>(buf[0][0]) + half, half, cudaMemcpyDeviceToDevice,
+      CHECK(cudaMemcpyAsync(static_cast<char*>(buf[me][1]) + half,
+                            static_cast<char*>(buf[me][0]) + half, half, cudaMemcpyDeviceToDevice,
                             local));
       return;
     }
@@ -141,8 +170,8 @@ int main(int argc, char** argv) {
     for (size_t parity = 0; parity < 2; ++parity) {
       for (size_t first = 0; first < rows; first += kMaxRows) {
         const size_t off = half + parity * row + first * 2 * row;
-        CHECK(cudaMemcpy2DAsync(static_cast<char*>(buf[0][1]) + off, 2 * row,
-                                static_cast<char*>(buf[0][0]) + off, 2 * row, row,
+        CHECK(cudaMemcpy2DAsync(static_cast<char*>(buf[me][1]) + off, 2 * row,
+                                static_cast<char*>(buf[me][0]) + off, 2 * row, row,
                                 std::min(kMaxRows, rows - first), cudaMemcpyDeviceToDevice, local));
       }
     }
@@ -152,17 +181,17 @@ int main(int argc, char** argv) {
   auto allToAllRows = [&](size_t row) {
     const size_t half = bytes / 2;
     for (int i = 0; i < iters; ++i) {
-      CHECK(cudaSetDevice(1));
-      CHECK(cudaMemcpyPeerAsync(buf[0][1], 0, buf[1][0], 1, half, copy[1]));
-      CHECK(cudaSetDevice(0));
-      CHECK(cudaMemcpyPeerAsync(buf[1][1], 1, buf[0][0], 0, half, copy[0]));
+      CHECK(cudaSetDevice(peer));
+      CHECK(cudaMemcpyPeerAsync(buf[me][1], me, buf[peer][0], peer, half, copy[peer]));
+      CHECK(cudaSetDevice(me));
+      CHECK(cudaMemcpyPeerAsync(buf[peer][1], peer, buf[me][0], me, half, copy[me]));
       localHalf(row);
     }
   };
   // The local half alone (no NVLink traffic): its own speed ("alone ms")
   // and what it costs the GEMM, plain and as rows (trap 71's "why").
   auto localOnly = [&](size_t row) {
-    CHECK(cudaSetDevice(0));
+    CHECK(cudaSetDevice(me));
     for (int i = 0; i < iters; ++i) localHalf(row);
   };
   struct Kind {
@@ -179,8 +208,8 @@ int main(int argc, char** argv) {
          traffic();
        }},
       {"all-to-all shape: half each way + half local", [&] { allToAll(1, local); }},
-      {"all-to-all shape, local after the push", [&] { allToAll(1, copy[0]); }},
-      {"all-to-all shape, local in 8 pieces", [&] { allToAll(8, copy[0]); }},
+      {"all-to-all shape, local after the push", [&] { allToAll(1, copy[me]); }},
+      {"all-to-all shape, local in 8 pieces", [&] { allToAll(8, copy[me]); }},
       {"all-to-all shape, local beside as 4 KiB rows", [&] { allToAllRows(4096); }},
       {"all-to-all shape, local beside as 512 B rows", [&] { allToAllRows(512); }},
       {"all-to-all shape, local beside as 256 B rows", [&] { allToAllRows(256); }},
@@ -193,10 +222,19 @@ int main(int argc, char** argv) {
       {"copy engines + local staging copy",
        [&] {
          for (int i = 0; i < iters; ++i) {
-           CHECK(cudaMemcpyAsync(buf[0][1], buf[0][0], bytes, cudaMemcpyDeviceToDevice, local));
+           CHECK(cudaMemcpyAsync(buf[me][1], buf[me][0], bytes, cudaMemcpyDeviceToDevice, local));
          }
          traffic();
        }},
+  };
+  // Waits for both GPUs, then makes the GEMM's GPU current again (the spin
+  // kernels launch on its stream `local`).
+  auto syncBoth = [&] {
+    for (int d = 0; d < 2; ++d) {
+      CHECK(cudaSetDevice(d));
+      CHECK(cudaDeviceSynchronize());
+    }
+    CHECK(cudaSetDevice(me));
   };
   // Each kind's own duration with nothing beside it (both GPUs idle after):
   // what the shape costs the traffic, beside what it costs the GEMM.
@@ -205,10 +243,7 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 2; ++rep) {  // the first is a warm-up
       auto start = std::chrono::steady_clock::now();
       kinds[k].launch();
-      for (int d = 1; d >= 0; --d) {
-        CHECK(cudaSetDevice(d));
-        CHECK(cudaDeviceSynchronize());
-      }
+      syncBoth();
       aloneMs[k] =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
@@ -232,10 +267,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "ferry-overlap-floor: %s\n", error.c_str());
         return 1;
       }
-      for (int d = 1; d >= 0; --d) {  // the kind's copies on other streams, both GPUs
-        CHECK(cudaSetDevice(d));
-        CHECK(cudaDeviceSynchronize());
-      }
+      syncBoth();  // the kind's copies on other streams, both GPUs
       tflops[k].push_back(sample.gemmTflopsUnder);
       ratios[k].push_back(sample.gemmTflopsAlone / sample.gemmTflopsUnder);
     }

@@ -167,7 +167,11 @@ for s in $stages; do
     stage floor
     nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader -lms 100 >"$out/smi.log" 2>&1 &
     smi=$!
-    timeout 120 $b/bench/ferry-overlap-floor 268435456 ${FLOOR_ITERS:-100}
+    # FLOOR_GPUS: the GPUs that run the GEMM, one run each (default 0 1: a
+    # rank's slowdown in ferry-bench is the worse of the two GPUs').
+    for g in ${FLOOR_GPUS:-0 1}; do
+      timeout 120 $b/bench/ferry-overlap-floor 268435456 ${FLOOR_ITERS:-100} $g 2>&1 | tee "$out/floor-gpu$g.txt"
+    done
     kill $smi 2>/dev/null
     awk -F', ' '$1==0 {split($2,c," "); split($3,p," "); n++; cs+=c[1]; ps+=p[1]; if (c[1]<cm||cm==0) cm=c[1]; if (p[1]>pm) pm=p[1]}
       END {printf "GPU0 sm clock avg %.0f min %.0f MHz, power avg %.0f max %.0f W (%d samples)\n", cs/n, cm, ps/n, pm, n}' "$out/smi.log"
@@ -175,7 +179,7 @@ for s in $stages; do
   copysm)
     # Which copies run on SMs rather than copy engines (trap 71).
     stage copysm
-    for sz in 268435456 16777216; do timeout 60 $b/bench/ferry-copy-sm $sz; done
+    for sz in 268435456 16777216; do timeout 60 $b/bench/ferry-copy-sm $sz; done 2>&1 | tee "$out/copysm.txt"
     ;;
   alias)
     # Is the memop hang two streams sharing one hardware queue? memop waits,
