@@ -7,7 +7,7 @@
 #           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
-#           wincoll copysm
+#           wincoll copysm netgap
 set -uo pipefail
 src=$1
 shift
@@ -584,6 +584,25 @@ for s in $stages; do
     echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
     grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
     timeout 60 python3 "$src/scripts/tcp_probe.py" 1 4 2>&1 | tee "$out/netone-tcp.txt"
+    ;;
+  netgap)
+    # Issue 17's lead (bench/RESULTS.md session 37): across two emulated hosts
+    # Ferry's alltoall moves 1.4-2.7x more bytes per direction per second
+    # than its sendrecv. The same bytes each way (sendrecv of S, alltoall of
+    # 2S), Ferry alone, NETGAP_ROUNDS times in turn, with the proxy's
+    # per-connection time breakdown (NetStats, INFO P2P at destroy).
+    stage netgap
+    export NCCL_SOCKET_IFNAME=lo
+    for r in $(seq 1 ${NETGAP_ROUNDS:-2}); do
+      for oc in ${NETGAP_CASES:-sendrecv:16M alltoall:32M sendrecv:64M alltoall:128M}; do
+        IFS=: read -r op size <<<"$oc"
+        NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P timeout 120 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda \
+          --timeout 110 $b/bench/ferry-bench $op -b $size -e $size -w 3 -n ${NETGAP_ITERS:-20} --inplace no -c 0 \
+          --lib $b/libnccl.so.2 >"$out/netgap-$op-$size-$r.txt" 2>&1
+        echo "netgap $op $size round $r: $(grep -E '^\[0\] +[0-9]' "$out/netgap-$op-$size-$r.txt" | awk '{print $7 " us, busbw " $9 " GB/s"}')"
+        grep -h "p2p totals" "$out/netgap-$op-$size-$r.txt" | sed 's/.*totals://' | tr '[' '\n' | grep "net links" | sed 's/^/    /'
+      done
+    done
     ;;
   netwarm)
     # A fresh device machine's network path ran 2-4x slower for its first

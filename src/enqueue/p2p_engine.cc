@@ -730,6 +730,11 @@ std::string P2pEngine::describeCounters() const {
              r ? static_cast<unsigned long long>(r->counters.bytes.load()) : 0ULL,
              r ? static_cast<unsigned long long>(r->counters.copiedOps.load()) : 0ULL);
     out += line;
+    // Where the network path's time went, per direction (NetStats).
+    const std::string sn = s && net ? describeNetStats(s->netStats, true) : "";
+    const std::string rn = r && net ? describeNetStats(r->netStats, false) : "";
+    if (!sn.empty()) out += " [peer " + std::to_string(p) + " send," + sn + "]";
+    if (!rn.empty()) out += " [peer " + std::to_string(p) + " receive," + rn + "]";
   }
   return out;
 }

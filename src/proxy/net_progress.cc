@@ -213,38 +213,69 @@ Status NetProgress::testRequests(ConnState& c, bool* moved) {
   return ncclSuccess;
 }
 
-Status NetProgress::postChunks(ConnState& c, bool* moved) {
-  for (size_t l = 0; l < c.links.size(); ++l) FERRY_CHECK(postLink(c, l, moved));
+Status NetProgress::postChunks(ConnState& c, int64_t nowNs, bool* moved) {
+  for (size_t l = 0; l < c.links.size(); ++l) {
+    NetStop why = NetStop::Window;
+    FERRY_CHECK(postLink(c, l, moved, &why));
+    noteStop(c, c.links[l], why, nowNs);
+  }
   return ncclSuccess;
+}
+
+void NetProgress::noteStop(ConnState& c, LinkState& ls, NetStop why, int64_t nowNs) {
+  if (ls.since >= 0 && why == ls.stop) return;
+  if (ls.since >= 0 && nowNs > ls.since) {
+    // Relaxed: statistics, read at destroy (P2pEngine::describeCounters).
+    c.conn->netStats.stopNs[static_cast<size_t>(ls.stop)].fetch_add(
+        static_cast<uint64_t>(nowNs - ls.since), std::memory_order_relaxed);
+  }
+  ls.stop = why;
+  ls.since = nowNs;
+}
+
+void NetProgress::closeStops(ConnState& c, int64_t nowNs) {
+  for (LinkState& ls : c.links) {
+    // A cause that differs from any: the open interval is charged.
+    if (ls.since >= 0) noteStop(c, ls, NetStop::kCount, nowNs);
+  }
 }
 
 // Posts link l's chunks in its order while its window has room and their
 // messages allow: a send's chunk once staged, a receive's once its block
 // is free.
-Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
+Status NetProgress::postLink(ConnState& c, size_t l, bool* moved, NetStop* why) {
   NetWords& words = c.conn->netBuffers->words();
+  NetStats& stats = c.conn->netStats;
   LinkState& ls = c.links[l];
   NetLink& link = *c.conn->net[l];
+  *why = NetStop::Window;
   while (ls.pending < kMaxPendingPerLink) {
     const uint64_t chunk = ls.next;
     NetOp* op = opOf(c, chunk);
+    *why = NetStop::NoMessage;
     if (op == nullptr) return ncclSuccess;  // no posted message has it yet
     const uint64_t k = chunk - op->firstChunk;
     void* at = op->chunkAt(k);
     void* mhandle = op->mhandleOf(k, l);
     void* request = nullptr;
     Status s;
+    uint64_t ahead = 0;
     if (c.conn->isSend) {
       // Acquire: pairs with the copy stream's write after the staging copy.
-      if (words.filled.load() < chunk + 1) return ncclSuccess;
+      const uint64_t filled = words.filled.load();
+      *why = NetStop::Unstaged;
+      if (filled < chunk + 1) return ncclSuccess;
+      ahead = filled - chunk;
       s = link.engine->isend(link.comm, at, op->wireSize(k), 0, mhandle, &request);
     } else {
       // Acquire: pairs with the copy stream's write of `drained` after its
       // copies out of this (reused) block; only then may chunks land in it.
+      *why = NetStop::BlockBusy;
       if (op->reuseAfter > words.drained.load()) return ncclSuccess;
       // Acquire: pairs with the copy stream's write of `ready` once the
       // user's stream reached the receive; before it, the user's buffer
       // may still be in use.
+      *why = NetStop::NotReady;
       if (op->directChunk(k) && words.ready.load() <= op->seq) return ncclSuccess;
       // Room for a full chunk and a trailer (inside the block): a send of
       // another size then lands whole, and checkArrival names the
@@ -266,7 +297,14 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
                  statusString(s));
       return peerFailure(s);
     }
+    *why = NetStop::Engine;
     if (request == nullptr) return ncclSuccess;  // the engine says "not now"
+    // Relaxed: statistics (NetStats).
+    stats.posts.fetch_add(1, std::memory_order_relaxed);
+    stats.aheadSum.fetch_add(ahead, std::memory_order_relaxed);
+    if (ahead > stats.aheadMax.load(std::memory_order_relaxed)) {
+      stats.aheadMax.store(ahead, std::memory_order_relaxed);
+    }
     // chunk >= base: every chunk below base was posted and retired. Slots
     // between the highest posted chunk and this one belong to other links.
     const uint64_t slot = chunk - c.base;
@@ -280,6 +318,7 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved) {
                 traceNowUs(), direction(*c.conn), c.conn->peer,
                 static_cast<unsigned long long>(chunk), static_cast<unsigned long long>(op->seq));
     *moved = true;
+    *why = NetStop::Window;
   }
   return ncclSuccess;
 }
@@ -302,7 +341,7 @@ bool NetProgress::step(int64_t nowNs) {
     // A connection the user's thread failed (its launch broke off).
     Status s = c.conn->failed.load();
     if (ok(s)) s = testRequests(c, &moved);
-    if (ok(s)) s = postChunks(c, &moved);
+    if (ok(s)) s = postChunks(c, nowNs, &moved);
     if (ok(s) && !c.ops.empty()) s = checkTimeout(c, nowNs);
     // Each cause above has logged its own WARN, the last error users read.
     if (!ok(s)) {
@@ -310,6 +349,7 @@ bool NetProgress::step(int64_t nowNs) {
       moved = true;
     }
     if (c.ops.empty() && c.requests.empty()) {
+      closeStops(c, nowNs);  // idle from here: not charged to any cause
       conns_.erase(conns_.begin() + static_cast<long>(i));
       continue;
     }

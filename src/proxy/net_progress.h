@@ -131,6 +131,10 @@ class NetProgress {
   struct LinkState {
     uint64_t next = 0;   // connection-wide chunk this link posts next
     size_t pending = 0;  // its requests posted and not yet done
+    // What stopped its last posting pass, and since when (ns; -1: never
+    // posted yet): the time goes to NetStats::stopNs when the cause changes.
+    NetStop stop = NetStop::NoMessage;
+    int64_t since = -1;
   };
   struct ConnState {
     ConnectionBase* conn = nullptr;
@@ -151,8 +155,12 @@ class NetProgress {
   // The op that connection-wide chunk `chunk` belongs to; null when no
   // posted message has it yet.
   static NetOp* opOf(ConnState& c, uint64_t chunk);
-  [[nodiscard]] Status postChunks(ConnState& c, bool* moved);
-  [[nodiscard]] Status postLink(ConnState& c, size_t l, bool* moved);
+  [[nodiscard]] Status postChunks(ConnState& c, int64_t nowNs, bool* moved);
+  // Posts link l's chunks while it may; `*why` says what stopped it.
+  [[nodiscard]] Status postLink(ConnState& c, size_t l, bool* moved, NetStop* why);
+  // Charges the time since the link's last cause changed to that cause.
+  static void noteStop(ConnState& c, LinkState& ls, NetStop why, int64_t nowNs);
+  static void closeStops(ConnState& c, int64_t nowNs);
   [[nodiscard]] Status checkTimeout(const ConnState& c, int64_t nowNs);
   void fail(ConnState& c, Status s, bool warn);
 

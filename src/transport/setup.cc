@@ -1,5 +1,6 @@
 #include "transport/setup.h"
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -171,6 +172,52 @@ const char* transportName(TransportId id) {
     default:
       return "none";
   }
+}
+
+const char* netStopName(NetStop s) {
+  switch (s) {
+    case NetStop::Window:
+      return "window full";
+    case NetStop::Engine:
+      return "engine busy";
+    case NetStop::NoMessage:
+      return "no message";
+    case NetStop::Unstaged:
+      return "not staged";
+    case NetStop::BlockBusy:
+      return "block busy";
+    case NetStop::NotReady:
+      return "not ready";
+    default:
+      return "?";
+  }
+}
+
+std::string describeNetStats(const NetStats& s, bool isSend) {
+  // Relaxed loads: statistics, read once the proxy is done with them.
+  const uint64_t posts = s.posts.load(std::memory_order_relaxed);
+  if (posts == 0) return "";
+  std::string out = " net links:";
+  char part[96];
+  const char* sep = " ";
+  for (size_t i = 0; i < static_cast<size_t>(NetStop::kCount); ++i) {
+    const uint64_t ns = s.stopNs[i].load(std::memory_order_relaxed);
+    if (ns == 0) continue;
+    snprintf(part, sizeof(part), "%s%s %.1f ms", sep, netStopName(static_cast<NetStop>(i)),
+             static_cast<double>(ns) / 1e6);
+    out += part;
+    sep = ", ";
+  }
+  snprintf(part, sizeof(part), "; %llu chunks posted", static_cast<unsigned long long>(posts));
+  out += part;
+  if (isSend) {
+    snprintf(part, sizeof(part), ", staged ahead avg %.1f max %llu",
+             static_cast<double>(s.aheadSum.load(std::memory_order_relaxed)) /
+                 static_cast<double>(posts),
+             static_cast<unsigned long long>(s.aheadMax.load(std::memory_order_relaxed)));
+    out += part;
+  }
+  return out;
 }
 
 uint64_t* CtrlMapping::dev(CtrlWord& word) const {

@@ -195,5 +195,66 @@ TEST_F(NetProgressTest, ALaterMessageStartsWhereTheLastEnded) {
   EXPECT_TRUE(p.empty());
 }
 
+TEST_F(NetProgressTest, StatsChargeEachLinksTimeToWhatStoppedIt) {
+  // A send: chunks 0..3 staged only at t = 1000 ns, then posted at once
+  // (each with the chunks staged from it on: 4, 3, 2, 1), then nothing to
+  // post until the message retires at t = 3000 ns.
+  makeConnection(/*isSend=*/true, 1);
+  NetProgress p([](const NetOp&) {});
+  p.add(message(0, 4 * kChunk, 0));
+  p.step(0);
+  EXPECT_EQ(posts(0), 0);
+  words().filled.store(4);
+  p.step(1000);
+  EXPECT_EQ(posts(0), 4);
+  p.step(3000);
+  EXPECT_TRUE(p.empty());
+  const NetStats& s = conn_.netStats;
+  EXPECT_EQ(s.stopNs[static_cast<size_t>(NetStop::Unstaged)].load(), 1000u);
+  EXPECT_EQ(s.stopNs[static_cast<size_t>(NetStop::NoMessage)].load(), 2000u);
+  EXPECT_EQ(s.stopNs[static_cast<size_t>(NetStop::Window)].load(), 0u);
+  EXPECT_EQ(s.posts.load(), 4u);
+  EXPECT_EQ(s.aheadSum.load(), 10u);
+  EXPECT_EQ(s.aheadMax.load(), 4u);
+  EXPECT_EQ(describeNetStats(s, true),
+            " net links: no message 0.0 ms, not staged 0.0 ms; 4 chunks posted, staged ahead "
+            "avg 2.5 max 4");
+}
+
+TEST_F(NetProgressTest, StatsTellABusyBlockFromAFullWindow) {
+  // A receive whose block is still being drained (reuseAfter 1, drained 0)
+  // until t = 500 ns, then 20 chunks behind a stalled link: 8 posted, the
+  // window full until the link moves again at t = 5000 ns.
+  makeConnection(/*isSend=*/false, 1);
+  NetProgress p([](const NetOp&) {});
+  NetOp op = message(0, 20 * kChunk, 0);
+  op.reuseAfter = 1;
+  p.add(op);
+  engine_.stalled.insert(&commTokens_[0]);
+  p.step(0);
+  EXPECT_EQ(posts(0), 0);
+  words().drained.store(1);
+  p.step(500);
+  EXPECT_EQ(posts(0), 8);
+  p.step(2000);
+  engine_.stalled.clear();
+  for (int64_t t = 5000; !p.empty(); t += 1000) p.step(t);
+  const NetStats& s = conn_.netStats;
+  EXPECT_EQ(s.stopNs[static_cast<size_t>(NetStop::BlockBusy)].load(), 500u);
+  EXPECT_GE(s.stopNs[static_cast<size_t>(NetStop::Window)].load(), 4500u);
+  EXPECT_EQ(s.stopNs[static_cast<size_t>(NetStop::Unstaged)].load(), 0u);
+  EXPECT_EQ(s.posts.load(), 20u);
+  EXPECT_EQ(s.aheadSum.load(), 0u) << "receives have no staging lead";
+  const std::string text = describeNetStats(s, false);
+  EXPECT_NE(text.find("block busy 0.0 ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("window full"), std::string::npos) << text;
+  EXPECT_EQ(text.find("staged ahead"), std::string::npos) << text;
+}
+
+TEST(NetStats, NothingPostedSaysNothing) {
+  NetStats s;
+  EXPECT_EQ(describeNetStats(s, true), "");
+}
+
 }  // namespace
 }  // namespace ferry
