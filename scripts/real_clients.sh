@@ -48,6 +48,9 @@
 # (session 30: it did not narrow the spread).
 # paired: $PAIRED ("modeA:modeB ...") side by side on a 4-GPU machine, GPUs
 # 0-1 and 2-3, swapped every run, $PAIR_RUNS runs each (see the stage).
+# CLIENT_OVERLAP_ROUNDS (5) and CLIENT_OVERLAP_ITERS (40): the overlap case's
+# rounds (it reports their median) and 256 MiB messages per window; more of
+# either narrows the spread between runs (trap 72).
 # CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
 # GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
 set -uo pipefail

@@ -414,7 +414,9 @@ def case_overlap(rep: Reporter, rank: int, world: int, device, seed: int):
     fields = {"tflops_alone": round(2 * 8192 ** 3 / (mm.ms_per_gemm * 1e-3) / 1e12, 1)}
     ok = True
     for kind in ("sendrecv", "alltoall"):
-        good, f = overlap_kind(kind, rank, world, device, seed, mm)
+        good, f = overlap_kind(kind, rank, world, device, seed, mm,
+                               rounds=int(os.environ.get("CLIENT_OVERLAP_ROUNDS", "5")),
+                               iters=int(os.environ.get("CLIENT_OVERLAP_ITERS", "40")))
         ok, fields = ok and good, {**fields, **f}
     rep.emit("overlap", ok, **fields)
 

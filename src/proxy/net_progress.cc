@@ -224,7 +224,7 @@ Status NetProgress::postChunks(ConnState& c, int64_t nowNs, bool* moved) {
 
 void NetProgress::noteStop(ConnState& c, LinkState& ls, NetStop why, int64_t nowNs) {
   if (ls.since >= 0 && why == ls.stop) return;
-  if (ls.since >= 0 && nowNs > ls.since) {
+  if (ls.since >= 0 && nowNs > ls.since && ls.stop != NetStop::kCount) {
     // Relaxed: statistics, read at destroy (P2pEngine::describeCounters).
     c.conn->netStats.stopNs[static_cast<size_t>(ls.stop)].fetch_add(
         static_cast<uint64_t>(nowNs - ls.since), std::memory_order_relaxed);
