@@ -785,17 +785,19 @@ for s in $stages; do
     # (1; use 3), OVERLAP_MODES module loading (LAZY). Each window is
     # bracketed by the same GEMMs alone (ferry_bench/overlap.h).
     # OVERLAP_SETTINGS: ';'-separated env settings, one run each ("default":
-    # none), as P2PSWEEP.
+    # none; "control": ferry-bench --overlap-nothing, the GEMM windows with
+    # nothing beside them: the measurement's own bias), as P2PSWEEP.
     stage overlap
     IFS=';' read -ra osettings <<<"${OVERLAP_SETTINGS:-default}"
     i=0
     for mode in ${OVERLAP_MODES:-LAZY}; do
       for setting in "${osettings[@]}"; do
-        envs=""; [ "$setting" = default ] || envs=$setting
+        envs=""; [ "$setting" = default ] || [ "$setting" = control ] || envs=$setting
+        how=--overlap; [ "$setting" = control ] && how=--overlap-nothing
         i=$((i + 1))
         env CUDA_MODULE_LOADING=$mode $envs timeout 150 $run --timeout 140 $b/bench/ferry-bench alltoall,sendrecv \
           -b 256M -e 256M --inplace no -w 2 -n ${OVERLAP_ITERS:-40} --rounds ${OVERLAP_ROUNDS:-1} \
-          --lib $b/libnccl.so.2 --compare "$nccl" --overlap \
+          --lib $b/libnccl.so.2 --compare "$nccl" $how \
           >"$out/overlap-$mode-$i.txt" 2>&1
         echo "overlap $mode $setting exit $?"; grep -v "^\[1\]" "$out/overlap-$mode-$i.txt" | tail -16
       done

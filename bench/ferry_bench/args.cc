@@ -154,6 +154,10 @@ bool parseArgs(int argc, const char* const* argv, Options* options, std::string*
       o.overlap = true;
       continue;
     }
+    if (arg == "--overlap-nothing") {
+      o.overlap = o.overlapNothing = true;
+      continue;
+    }
     if (arg == "--window") {
       o.window = true;
       continue;
@@ -235,6 +239,7 @@ std::vector<std::string> toArgs(const Options& o) {
                                    "--gemm-size",
                                    std::to_string(o.gemmSize)};
   if (o.overlap) args.push_back("--overlap");
+  if (o.overlapNothing) args.push_back("--overlap-nothing");
   if (o.window) args.push_back("--window");
   if (!o.lib.empty()) args.insert(args.end(), {"--lib", o.lib});
   if (!o.jsonOut.empty()) args.insert(args.end(), {"--json-out", o.jsonOut});
@@ -262,6 +267,8 @@ const char* usageText() {
          "                    each row's median round (default 1)\n"
          "  --json FILE       machine-readable results (rank 0)\n"
          "  --overlap         measure against a concurrent cuBLAS bf16 GEMM (CUDA only)\n"
+         "  --overlap-nothing as --overlap, but nothing runs beside the GEMMs in the shared\n"
+         "                    window: the measurement's own bias, a control for --overlap\n"
          "  --gemm-size N     GEMM M=N=K (default 8192)\n"
          "  --window          buffers from ncclMemAlloc, registered as symmetric windows\n"
          "  --seed N          data seed (default: derived from NCCL_COMM_ID, or time^pid)\n"

@@ -4,7 +4,7 @@
 //   ferry-bench <op>[,<op>...|all] [-b MIN] [-e MAX] [-f FACTOR] [-d TYPE] [-o REDOP]
 //               [-r ROOT] [-w WARMUP] [-n ITERS] [-g GPUS] [-c 0|1] [--inplace only|no|both]
 //               [--lib PATH] [--compare PATH] [--json FILE] [--overlap] [--gemm-size N]
-//               [--seed N] [--window] [--rounds R]
+//               [--seed N] [--window] [--rounds R] [--overlap-nothing]
 #pragma once
 
 #include <cstddef>
@@ -43,6 +43,11 @@ struct Options {
   std::string json;     // --json: results for people and scripts
   std::string jsonOut;  // --json-out: a child's results for its parent (internal)
   bool overlap = false;
+  // --overlap-nothing (implies --overlap): the GEMM windows as --overlap
+  // times them, with no traffic launched in the shared one. Its "slowdown"
+  // is the bracket's own bias (session 37's floor probe: x0.986-0.988), the
+  // control to read --overlap's figures against.
+  bool overlapNothing = false;
   // --window: buffers from the library's ncclMemAlloc, registered as
   // NCCL_WIN_COLL_SYMMETRIC windows on every communicator.
   bool window = false;

@@ -58,6 +58,11 @@ int main(int argc, char** argv) {
   const uint64_t seed = options.seedSet ? options.seed : defaultSeed(env);
   if (env.rank == 0 && options.jsonOut.empty()) {
     fprintf(stderr, "# ferry-bench seed=%" PRIu64 " (reproduce with --seed)\n", seed);
+    if (options.overlapNothing) {
+      fprintf(stderr,
+              "# --overlap-nothing: no traffic beside the GEMMs; the slowdown column is the "
+              "measurement's own bias\n");
+    }
   }
   if (!options.compare.empty()) return runCompare(options, env, seed);
   return runSingle(options, env, seed);

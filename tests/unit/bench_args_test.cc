@@ -213,7 +213,7 @@ TEST(BenchArgs, ChildArgsRoundTrip) {
                      "0",
                      "--inplace",
                      "no",
-                     "--overlap",
+                     "--overlap-nothing",
                      "--window",
                      "--gemm-size",
                      "1024",
@@ -243,7 +243,8 @@ TEST(BenchArgs, ChildArgsRoundTrip) {
   EXPECT_EQ(back.gpus, o.gpus);
   EXPECT_EQ(back.check, o.check);
   EXPECT_EQ(back.inPlace, o.inPlace);
-  EXPECT_EQ(back.overlap, o.overlap);
+  EXPECT_TRUE(back.overlap) << "--overlap-nothing implies --overlap";
+  EXPECT_TRUE(back.overlapNothing);
   EXPECT_TRUE(back.window);
   EXPECT_EQ(back.gemmSize, o.gemmSize);
   EXPECT_EQ(back.lib, o.lib);
