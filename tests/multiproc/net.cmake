@@ -70,6 +70,11 @@ ferry_net_p2p_test(net.p2p.senddepth.2x1 2 1 senddepth FERRY_NET_STAGING_WAIT_US
 # session 36, pinned one per send in flight: checked).
 ferry_net_p2p_test(net.p2p.senddepth.paced.2x1 2 1 senddepth
   "FERRY_NET_STAGING_WAIT_US=30000;FERRY_NET_CHUNK_BYTES=128K;FERRY_TEST_NET_SEND_GAP_US=10000;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
+# Twelve sends behind the sender's own busy stream (trap 73): nothing can be
+# staged, so none of the bounded waits sees the network move and each send
+# past the fourth pins a block; every byte is still right (the staging is
+# printed: the cost of never waiting on the own stream).
+ferry_net_p2p_test(net.p2p.senddepth.busy.2x1 2 1 senddepthbusy)
 ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)

@@ -718,6 +718,61 @@ void caseSendDepth(World& w) {
   EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
 }
 
+// Trap 73: the sender's own stream is busy -- its first operation is a
+// receive of a message the peer sends 300 ms later -- while its thread
+// issues k sends behind it. No staging copy can run, so the network takes
+// nothing, and each send beyond the fourth gives up its bounded wait and
+// pins another block (waiting on its own stream instead could deadlock:
+// trap 2's kind). Every byte is checked; the staging is printed, not
+// bounded: this measures the cost of that choice.
+void caseSendDepthBusy(World& w) {
+  if (w.nranks != 2 || !onOtherHost(0, 1)) return;  // the network path only
+  const int peer = w.rank ^ 1;
+  const bool sender = w.rank == 0;
+  const int k = 12;
+  const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 5) + 7;
+  std::vector<std::unique_ptr<Message>> msgs = depthMessages(w, 110, k, bytes);
+  Message late(w, 130, 1, 0, 4096 + w.seed % 977, BufferKind::Plain);
+  if (sender) {
+    late.poison();
+  } else {
+    late.fillAsSender();
+  }
+  cudaStream_t side = nullptr;
+  if (!sender) {
+    EXPECT_OK(ncclFerryStreamCreate(&side));
+    for (auto& m : msgs)
+      EXPECT_OK(ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  const auto start = std::chrono::steady_clock::now();
+  if (sender) {
+    EXPECT_OK(ncclRecv(late.buf.data(), late.buf.size(), ncclInt8, peer, w.comm, w.stream));
+    for (auto& m : msgs)
+      EXPECT_OK(ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_OK(ncclSend(late.buf.data(), late.buf.size(), ncclInt8, peer, w.comm, side));
+    EXPECT_OK(ncclFerryStreamSynchronize(side));
+  }
+  const double issueMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  if (!sender) {
+    for (auto& m : msgs) m->verify("senddepth busy");
+    EXPECT_OK(ncclFerryStreamDestroy(side));
+  } else {
+    late.verify("senddepth busy, the late message");
+    unsigned long long staging = 0;
+    EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+    printf(
+        "senddepth busy: %d sends of %zu bytes behind a busy stream, issued in %.1f ms: "
+        "%llu bytes of send staging (%.1f blocks of the size)\n",
+        k, bytes, issueMs, staging, static_cast<double>(staging) / (2.0 * (1 << 20)));
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -742,6 +797,7 @@ int main(int argc, char** argv) {
       {"firstuse", caseFirstUse},
       {"recvdepth", caseRecvDepth},
       {"senddepth", caseSendDepth},
+      {"senddepthbusy", caseSendDepthBusy},
       {"lateexchange", caseLateExchange},
       {"latemany", caseLateMany},
       {"stagingcap", caseStagingCap},
