@@ -222,22 +222,22 @@ Status NetProgress::postChunks(ConnState& c, int64_t nowNs, bool* moved) {
   return ncclSuccess;
 }
 
+void NetProgress::chargeStop(ConnState& c, const LinkState& ls, int64_t nowNs) {
+  if (ls.since < 0 || nowNs <= ls.since) return;
+  // Relaxed: statistics, read at destroy (P2pEngine::describeCounters).
+  c.conn->netStats.stopNs[static_cast<size_t>(ls.stop)].fetch_add(
+      static_cast<uint64_t>(nowNs - ls.since), std::memory_order_relaxed);
+}
+
 void NetProgress::noteStop(ConnState& c, LinkState& ls, NetStop why, int64_t nowNs) {
   if (ls.since >= 0 && why == ls.stop) return;
-  if (ls.since >= 0 && nowNs > ls.since && ls.stop != NetStop::kCount) {
-    // Relaxed: statistics, read at destroy (P2pEngine::describeCounters).
-    c.conn->netStats.stopNs[static_cast<size_t>(ls.stop)].fetch_add(
-        static_cast<uint64_t>(nowNs - ls.since), std::memory_order_relaxed);
-  }
+  chargeStop(c, ls, nowNs);
   ls.stop = why;
   ls.since = nowNs;
 }
 
 void NetProgress::closeStops(ConnState& c, int64_t nowNs) {
-  for (LinkState& ls : c.links) {
-    // A cause that differs from any: the open interval is charged.
-    if (ls.since >= 0) noteStop(c, ls, NetStop::kCount, nowNs);
-  }
+  for (const LinkState& ls : c.links) chargeStop(c, ls, nowNs);
 }
 
 // Posts link l's chunks in its order while its window has room and their

@@ -158,7 +158,10 @@ class NetProgress {
   [[nodiscard]] Status postChunks(ConnState& c, int64_t nowNs, bool* moved);
   // Posts link l's chunks while it may; `*why` says what stopped it.
   [[nodiscard]] Status postLink(ConnState& c, size_t l, bool* moved, NetStop* why);
-  // Charges the time since the link's last cause changed to that cause.
+  // The time since the link's cause last changed goes to that cause:
+  // chargeStop adds it, noteStop does when `why` differs and starts anew,
+  // closeStops does for every link of a connection going idle.
+  static void chargeStop(ConnState& c, const LinkState& ls, int64_t nowNs);
   static void noteStop(ConnState& c, LinkState& ls, NetStop why, int64_t nowNs);
   static void closeStops(ConnState& c, int64_t nowNs);
   [[nodiscard]] Status checkTimeout(const ConnState& c, int64_t nowNs);

@@ -1,4 +1,6 @@
-// Bounds on the SM-free path's staging pool (FERRY_P2P_STAGING_MAX_BYTES).
+// Bounds on the SM-free path's staging: the pool of sends staged under lazy
+// loading (FERRY_P2P_STAGING_MAX_BYTES), and the pinned blocks of
+// connections across hosts (traps 41 and 73).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,30 @@
 #include "p2p_util.h"
 
 namespace ferry::test {
+namespace {
+
+// Messages first .. first + k - 1 of `bytes` from rank 0 to rank 1 (the
+// staging depth cases), filled on the sender and poisoned on the receiver;
+// refill() does it again for another round.
+void refill(std::vector<std::unique_ptr<Message>>& msgs, bool sender) {
+  for (auto& m : msgs) {
+    if (sender) {
+      m->fillAsSender();
+    } else {
+      m->poison();
+    }
+  }
+}
+std::vector<std::unique_ptr<Message>> depthMessages(World& w, uint64_t first, int k, size_t bytes) {
+  std::vector<std::unique_ptr<Message>> msgs;
+  for (int i = 0; i < k; ++i) {
+    msgs.push_back(std::make_unique<Message>(w, first + i, 0, 1, bytes, BufferKind::Plain));
+  }
+  refill(msgs, w.rank == 0);
+  return msgs;
+}
+
+}  // namespace
 
 // Sends staged under lazy loading (FERRY_P2P_STAGE_SENDS=1 here) that run
 // far ahead of their receiver fill the pool only up to the cap (8 MiB: two
@@ -67,6 +93,152 @@ void caseStagingCap(World& w) {
       EXPECT_TRUE(staging > 0 && staging <= cap, "%llu bytes of staging past the cap of %llu",
                   staging, cap);
     }
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+}
+
+// Trap 41: a receive connection across hosts pins at most two staging
+// blocks of a size (NetBuffers::kRecvBlocksPerSize), however many receives
+// are in flight: the third and later reuse the first to free, and the proxy
+// lands nothing in one before its previous message drained. The sender
+// holds its k sends back until the receiver has issued all k receives, so
+// each receive finds the earlier blocks busy; without the reuse the
+// receiver would pin k blocks. Every byte is checked, twice over.
+void caseRecvDepth(World& w) {
+  if (w.nranks != 2 || !onOtherHost(0, 1)) return;  // the network path only
+  const int peer = w.rank ^ 1;
+  const bool sender = w.rank == 0;
+  const int k = 8;
+  const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 7) + 3;
+  for (uint64_t round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<Message>> msgs = depthMessages(w, 70 + round * k, k, bytes);
+    EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    if (sender) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (auto& m : msgs) {
+      EXPECT_OK(sender ? ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream)
+                       : ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    if (sender) continue;
+    for (auto& m : msgs) m->verify("recvdepth");
+    unsigned long long staging = 0;
+    EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+    printf("recvdepth: %d receives of %zu bytes in flight: %llu bytes of receive staging\n", k,
+           bytes, staging);
+    // Two blocks of < 2 x bytes each; k blocks without the reuse.
+    EXPECT_TRUE(staging > 0 && staging <= 6 * bytes,
+                "%llu bytes of staging for %d receives of %zu bytes (expected two blocks)", staging,
+                k, bytes);
+  }
+}
+
+// Trap 41, send side: a send connection across hosts pins at most
+// NetBuffers::kSendBlocksPerSize (4) staging blocks of a size when later
+// sends can wait for earlier ones to leave (their receives are posted: the
+// network alone frees them). The receiver posts its k receives first; the
+// sender then issues k sends, each its own launch, as fast as it can
+// (FERRY_NET_STAGING_WAIT_US is raised by the test so that a slow machine
+// never runs out the wait). Without the wait the sender pins a block per
+// send still in flight. Every byte is checked.
+void caseSendDepth(World& w) {
+  if (w.nranks != 2 || !onOtherHost(0, 1)) return;  // the network path only
+  const int peer = w.rank ^ 1;
+  const bool sender = w.rank == 0;
+  const int k = 12;
+  const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 5) + 11;
+  std::vector<std::unique_ptr<Message>> msgs = depthMessages(w, 90, k, bytes);
+  if (!sender) {
+    for (auto& m : msgs)
+      EXPECT_OK(ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  if (sender) {
+    for (auto& m : msgs)
+      EXPECT_OK(ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  if (!sender) {
+    for (auto& m : msgs) m->verify("senddepth");
+  } else {
+    unsigned long long staging = 0;
+    EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+    printf("senddepth: %d sends of %zu bytes: %llu bytes of send staging\n", k, bytes, staging);
+    // Four blocks of < 2 x bytes each; up to k blocks without the wait.
+    EXPECT_TRUE(staging > 0 && staging <= 8 * bytes,
+                "%llu bytes of staging for %d sends of %zu bytes (expected four blocks)", staging,
+                k, bytes);
+  }
+  // Round two: the receiver shows up 300 ms late, so the sender's fifth
+  // send waits for it (the network cannot take the first before) and goes
+  // on once it is there: no hang, every byte right.
+  refill(msgs, sender);
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  if (sender) {
+    for (auto& m : msgs)
+      EXPECT_OK(ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (auto& m : msgs)
+      EXPECT_OK(ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  if (!sender) {
+    for (auto& m : msgs) m->verify("senddepth late receiver");
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+}
+
+// Trap 73: the sender's own stream is busy -- its first operation is a
+// receive of a message the peer sends 300 ms later -- while its thread
+// issues k sends behind it. No staging copy can run, so the network takes
+// nothing, and each send beyond the fourth gives up its bounded wait and
+// pins another block (waiting on its own stream instead could deadlock:
+// trap 2's kind). Every byte is checked; the staging is printed, not
+// bounded: this measures the cost of that choice.
+void caseSendDepthBusy(World& w) {
+  if (w.nranks != 2 || !onOtherHost(0, 1)) return;  // the network path only
+  const int peer = w.rank ^ 1;
+  const bool sender = w.rank == 0;
+  const int k = 12;
+  const size_t bytes = (size_t{1} << 20) + 4096 * (w.seed % 5) + 7;
+  std::vector<std::unique_ptr<Message>> msgs = depthMessages(w, 110, k, bytes);
+  Message late(w, 130, 1, 0, 4096 + w.seed % 977, BufferKind::Plain);
+  if (sender) {
+    late.poison();
+  } else {
+    late.fillAsSender();
+  }
+  cudaStream_t side = nullptr;
+  if (!sender) {
+    EXPECT_OK(ncclFerryStreamCreate(&side));
+    for (auto& m : msgs)
+      EXPECT_OK(ncclRecv(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  }
+  EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  const auto start = std::chrono::steady_clock::now();
+  if (sender) {
+    EXPECT_OK(ncclRecv(late.buf.data(), late.buf.size(), ncclInt8, peer, w.comm, w.stream));
+    for (auto& m : msgs)
+      EXPECT_OK(ncclSend(m->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_OK(ncclSend(late.buf.data(), late.buf.size(), ncclInt8, peer, w.comm, side));
+    EXPECT_OK(ncclFerryStreamSynchronize(side));
+  }
+  const double issueMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+  if (!sender) {
+    for (auto& m : msgs) m->verify("senddepth busy");
+    EXPECT_OK(ncclFerryStreamDestroy(side));
+  } else {
+    late.verify("senddepth busy, the late message");
+    unsigned long long staging = 0;
+    EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+    printf(
+        "senddepth busy: %d sends of %zu bytes behind a busy stream, issued in %.1f ms: "
+        "%llu bytes of send staging (%.1f blocks of the size)\n",
+        k, bytes, issueMs, staging, static_cast<double>(staging) / (2.0 * (1 << 20)));
   }
   EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
 }

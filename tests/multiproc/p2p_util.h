@@ -56,6 +56,9 @@ void caseLateMany(World& w);
 void caseInPlace(World& w);
 void caseInPlaceMixed(World& w);
 void caseStagingCap(World& w);
+void caseRecvDepth(World& w);
+void caseSendDepth(World& w);
+void caseSendDepthBusy(World& w);
 void caseChain(World& w);
 void caseNewStreams(World& w);
 // Whether the case can run: an even rank count and FERRY_P2P_STAGE_SENDS=1
