@@ -1,7 +1,8 @@
 // ferry-overlap-floor: what a bf16 GEMM on one GPU loses to traffic that takes
 // no SMs at all, measured with ferry-bench's own GEMM loop (GemmLoop in
-// ferry_bench/overlap.h: GEMMs enqueued back to back, the traffic launched
-// beside them, GEMM time from events around the whole batch). It separates
+// ferry_bench/overlap.h: one unbroken train of GEMMs, each timed, the traffic
+// launched in its middle; the GEMMs wholly beside it against those wholly
+// before and after). It separates
 // the cost of the copy engines themselves (HBM, NVLink, power) from what a
 // communication library adds on top (SMs for kernels, one-thread wait
 // kernels, staging copies).
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
   using ferry::bench::Backend;
   const ferry::bench::Device gpu0{Backend::Cuda, me, nullptr};
   ferry::bench::GemmLoop g;
-  ferry::bench::Stream beside;  // GemmLoop times "traffic" on it; unused otherwise
+  ferry::bench::Stream beside;  // GemmLoop's traffic stream: the kinds' streams join into it
   std::string error;
   double aloneTflops = 0;
   if (!g.init(gpu0, 8192, &error) || !beside.create(gpu0, &error) ||
@@ -227,6 +228,24 @@ int main(int argc, char** argv) {
          traffic();
        }},
   };
+  // GemmLoop counts the GEMMs that run while its traffic stream is busy: the
+  // kinds' streams (both GPUs' copy streams and `local`) join into it.
+  cudaEvent_t joined[3];
+  for (int d = 0; d < 2; ++d) {
+    CHECK(cudaSetDevice(d));
+    CHECK(cudaEventCreateWithFlags(&joined[d], cudaEventDisableTiming));
+  }
+  CHECK(cudaSetDevice(me));
+  CHECK(cudaEventCreateWithFlags(&joined[2], cudaEventDisableTiming));
+  auto joinInto = [&](cudaStream_t into) {
+    const cudaStream_t from[3] = {copy[0], copy[1], local};
+    for (int i = 0; i < 3; ++i) {
+      CHECK(cudaSetDevice(i < 2 ? i : me));
+      CHECK(cudaEventRecord(joined[i], from[i]));
+      CHECK(cudaSetDevice(me));
+      CHECK(cudaStreamWaitEvent(into, joined[i], 0));
+    }
+  };
   // Waits for both GPUs, then makes the GEMM's GPU current again (the spin
   // kernels launch on its stream `local`).
   auto syncBoth = [&] {
@@ -251,9 +270,9 @@ int main(int argc, char** argv) {
   }
   // Rounds over every kind in turn, so clock and temperature drift hits all
   // kinds alike. Each sample's reference is the same GEMMs alone right before
-  // and after it (GemmLoop); a kind's slowdown is the median of its samples'
-  // alone / beside. "vs nothing" compares with the median of the kind that
-  // launches nothing instead (the older method: it shows the drift).
+  // and after it in one unbroken train (GemmLoop); a kind's slowdown is the
+  // median of its samples' alone / beside. "vs nothing" compares with the
+  // median of the kind that launches nothing instead.
   constexpr int kRounds = 7;
   std::vector<std::vector<double>> tflops(kinds.size()), ratios(kinds.size());
   for (int r = 0; r < kRounds; ++r) {
@@ -261,6 +280,7 @@ int main(int argc, char** argv) {
       ferry::bench::OverlapSample sample;
       auto launch = [&](std::string*) {
         kinds[k].launch();
+        joinInto(beside.get());
         return true;
       };
       if (!g.measureUnderTraffic(beside, 1, trafficMs / 1e3, launch, &sample, &error)) {

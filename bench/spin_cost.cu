@@ -72,8 +72,6 @@ int main(int argc, char** argv) {
   unsigned long long* word = nullptr;
   CHECK(cudaMalloc(&word, 64));
   CHECK(cudaMemset(word, 0, 64));
-  cudaStream_t side;
-  CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   using ferry::bench::Backend;
   const ferry::bench::Device gpu0{Backend::Cuda, 0, nullptr};
   ferry::bench::GemmLoop g;
@@ -122,14 +120,14 @@ int main(int argc, char** argv) {
       }
       ferry::bench::OverlapSample sample;
       auto launch = [&](std::string*) {
-        kinds[k].launch(side, ns);
+        kinds[k].launch(beside.get(), ns);  // GemmLoop's traffic stream
         return true;
       };
       if (!g.measureUnderTraffic(beside, 1, windowMs / 1e3, launch, &sample, &error)) {
         fprintf(stderr, "ferry-spin-cost: %s\n", error.c_str());
         return 1;
       }
-      CHECK(cudaStreamSynchronize(side));
+      CHECK(cudaStreamSynchronize(beside.get()));
       tflops[k].push_back(sample.gemmTflopsUnder);
     }
   }

@@ -787,6 +787,7 @@ for s in $stages; do
     # OVERLAP_SETTINGS: ';'-separated env settings, one run each ("default":
     # none; "control": ferry-bench --overlap-nothing, the GEMM windows with
     # nothing beside them: the measurement's own bias), as P2PSWEEP.
+    # OVERLAP_OPS: ferry-bench's op list (alltoall,sendrecv).
     stage overlap
     IFS=';' read -ra osettings <<<"${OVERLAP_SETTINGS:-default}"
     i=0
@@ -795,7 +796,7 @@ for s in $stages; do
         envs=""; [ "$setting" = default ] || [ "$setting" = control ] || envs=$setting
         how=--overlap; [ "$setting" = control ] && how=--overlap-nothing
         i=$((i + 1))
-        env CUDA_MODULE_LOADING=$mode $envs timeout 150 $run --timeout 140 $b/bench/ferry-bench alltoall,sendrecv \
+        env CUDA_MODULE_LOADING=$mode $envs timeout 150 $run --timeout 140 $b/bench/ferry-bench ${OVERLAP_OPS:-alltoall,sendrecv} \
           -b 256M -e 256M --inplace no -w 2 -n ${OVERLAP_ITERS:-40} --rounds ${OVERLAP_ROUNDS:-1} \
           --lib $b/libnccl.so.2 --compare "$nccl" $how \
           >"$out/overlap-$mode-$i.txt" 2>&1

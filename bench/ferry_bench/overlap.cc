@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ferry_bench/gemm_split.h"
+
 #ifdef FERRY_BENCH_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -57,6 +59,35 @@ struct EventPair {
   }
 };
 
+// Timestamps between back-to-back GEMMs on one stream: event k marks the
+// start of GEMM k and the end of GEMM k-1. Freed with the object.
+struct EventTrain {
+  std::vector<cudaEvent_t> events;
+  ~EventTrain() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+  bool mark(cudaStream_t s, std::string* error) {
+    cudaEvent_t e = nullptr;
+    if (!cudaOk(cudaEventCreate(&e), "cudaEventCreate", error)) return false;
+    events.push_back(e);
+    return cudaOk(cudaEventRecord(e, s), "cudaEventRecord", error);
+  }
+  int gemms() const { return static_cast<int>(events.size()) - 1; }
+  // Whether GEMM k has started (event k reached; an error reads as not yet:
+  // the caller's own query of the traffic's end reports it).
+  bool started(int k) const { return cudaEventQuery(events[k]) == cudaSuccess; }
+  // Milliseconds from event 0 to `e` (both completed).
+  double at(cudaEvent_t e) const {
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, events[0], e) == cudaSuccess ? ms : 0;
+  }
+  std::vector<double> bounds() const {
+    std::vector<double> ms;
+    for (cudaEvent_t e : events) ms.push_back(at(e));
+    return ms;
+  }
+};
+
 }  // namespace
 
 struct GemmLoop::Impl {
@@ -73,6 +104,8 @@ struct GemmLoop::Impl {
   double flops() const { return 2.0 * static_cast<double>(n) * n * n; }
   // Seconds of `count` back-to-back GEMMs with nothing else of ours running.
   bool timeGemms(int count, double* seconds, std::string* error);
+  // Queues `count` more GEMMs on the train, each followed by its event.
+  bool extend(EventTrain* train, int count, std::string* error);
 
   bool enqueue(int count, std::string* error) {
     const float alpha = 1.0f, beta = 0.0f;
@@ -140,44 +173,87 @@ bool GemmLoop::Impl::timeGemms(int count, double* seconds, std::string* error) {
   return true;
 }
 
+bool GemmLoop::Impl::extend(EventTrain* train, int count, std::string* error) {
+  if (train->events.empty() && !train->mark(stream.get(), error)) return false;
+  for (int k = 0; k < count; ++k) {
+    if (!enqueue(1, error) || !train->mark(stream.get(), error)) return false;
+  }
+  return true;
+}
+
 bool GemmLoop::measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
                                    const std::function<bool(std::string*)>& launchTraffic,
                                    OverlapSample* sample, std::string* error,
                                    const std::function<void()>& lineUp) {
   double unused = 0;
   if (impl_->secondsPerGemm <= 0 && !measureAlone(&unused, error)) return false;
-  // Enough GEMMs to cover the traffic, so each measures the other under load.
+  // Enough GEMMs to cover the traffic's solo time, so each measures the other
+  // under load.
   const double cover = iters * trafficAloneSeconds / impl_->secondsPerGemm;
-  const int gemms = static_cast<int>(std::clamp(std::ceil(cover), 1.0, 10000.0));
-  // The same GEMMs alone right before and after: a GPU running GEMMs back to
-  // back slows down as it reaches its power limit (2x H200: ~795 TFLOP/s for
-  // the first 10 GEMMs, ~625 sustained), so a reference taken once at start
-  // would charge that drift to the traffic.
-  double before = 0, after = 0;
-  if (!impl_->timeGemms(gemms, &before, error)) return false;
+  const int gemms = static_cast<int>(std::clamp(std::ceil(cover), 2.0, 2000.0));
+  // One unbroken train of individually timed GEMMs: 150 ms or more to warm
+  // up (a GPU running GEMMs back to back slows down as it reaches its power
+  // limit: ~795 TFLOP/s for the first 10 on 2x H200, ~625 sustained),
+  // `gemms` alone before the traffic, `gemms` more queued for its solo
+  // time, then GEMMs kept queued until the traffic has ended (beside a GEMM it can take several
+  // times its solo time), then `gemms` alone after it. The GPU never idles, so its power state
+  // holds steady; the GEMMs wholly inside the traffic's span are the sample, those wholly outside
+  // it the reference. (Session 38: the older method, separate bursts around a CPU barrier, read
+  // x0.986-x1.033 with nothing beside the GEMM; this one x0.992-x1.004.)
+  constexpr double kWarmSeconds = 0.15;
+  const int warm = std::max(gemms, static_cast<int>(kWarmSeconds / impl_->secondsPerGemm));
+  const int ahead = std::max(2, gemms / 2);  // GEMMs kept queued beside the traffic
+  EventTrain train;
+  EventPair t;
+  if (!impl_->device.select(error) || !t.init(error) ||
+      !impl_->extend(&train, warm + 2 * gemms, error)) {
+    return false;
+  }
+  // The traffic starts once the GEMMs alone before it have run; the spin
+  // keeps the start prompt (a blocking sync can sleep for a scheduler tick).
+  cudaError_t q;
+  while ((q = cudaEventQuery(train.events[warm + gemms])) == cudaErrorNotReady) {
+  }
+  if (!cudaOk(q, "cudaEventQuery", error)) return false;
   if (lineUp) lineUp();
-  EventPair g, t;
-  if (!impl_->device.select(error) || !g.init(error) || !t.init(error)) return false;
-  if (!cudaOk(cudaEventRecord(g.start, impl_->stream.get()), "cudaEventRecord", error) ||
-      !cudaOk(cudaEventRecord(t.start, traffic.get()), "cudaEventRecord", error) ||
-      !impl_->enqueue(gemms, error)) {
+  if (!impl_->device.select(error) ||
+      !cudaOk(cudaEventRecord(t.start, traffic.get()), "cudaEventRecord", error)) {
     return false;
   }
   for (int i = 0; i < iters; ++i) {
     if (!launchTraffic(error)) return false;
   }
   if (!impl_->device.select(error) ||
-      !cudaOk(cudaEventRecord(g.stop, impl_->stream.get()), "cudaEventRecord", error) ||
-      !cudaOk(cudaEventRecord(t.stop, traffic.get()), "cudaEventRecord", error) ||
-      !impl_->stream.synchronize(error) || !traffic.synchronize(error) ||
-      !impl_->timeGemms(gemms, &after, error)) {
+      !cudaOk(cudaEventRecord(t.stop, traffic.get()), "cudaEventRecord", error)) {
     return false;
   }
-  sample->trafficSecondsPerIter = t.seconds() / iters;
-  const double aloneSeconds = (before + after) / 2 / gemms;
-  const double besideSeconds = g.seconds() / gemms;
-  sample->gemmTflopsAlone = aloneSeconds > 0 ? impl_->flops() / aloneSeconds / 1e12 : 0;
-  sample->gemmTflopsUnder = besideSeconds > 0 ? impl_->flops() / besideSeconds / 1e12 : 0;
+  // Beside the traffic: `ahead` GEMMs stay queued until it has ended (the
+  // spin sees the end within one GEMM). A cap keeps a traffic that never
+  // ends from growing the train forever (the synchronize below then waits
+  // as it would without GEMMs).
+  const int cap = warm + 100 * gemms + 1000;
+  while ((q = cudaEventQuery(t.stop)) == cudaErrorNotReady && train.gemms() < cap) {
+    if (train.started(train.gemms() - ahead) && !impl_->extend(&train, ahead, error)) return false;
+  }
+  if (!cudaOk(q == cudaErrorNotReady ? cudaSuccess : q, "cudaEventQuery", error)) return false;
+  // Then GEMMs alone after it; the first `gemms` of them also fill the solo
+  // span of a control that launched nothing (ferry-bench --overlap-nothing),
+  // whose span counts as at least the traffic's solo time below.
+  if (!impl_->extend(&train, 2 * gemms, error) || !impl_->stream.synchronize(error) ||
+      !traffic.synchronize(error)) {
+    return false;
+  }
+  const double from = train.at(t.start);
+  const double to = std::max(train.at(t.stop), from + iters * trafficAloneSeconds * 1e3);
+  const GemmSplit s = splitGemms(train.bounds(), static_cast<size_t>(warm), from, to);
+  if (s.beside == 0 || s.alone == 0) {
+    *error = "the GEMM train did not cover the traffic (" + std::to_string(s.beside) +
+             " GEMMs beside it, " + std::to_string(s.alone) + " alone)";
+    return false;
+  }
+  sample->trafficSecondsPerIter = (train.at(t.stop) - from) / 1e3 / iters;
+  sample->gemmTflopsAlone = impl_->flops() / (s.aloneMs / 1e3) / 1e12;
+  sample->gemmTflopsUnder = impl_->flops() / (s.besideMs / 1e3) / 1e12;
   return true;
 }
 

@@ -18,8 +18,8 @@ namespace ferry::bench {
 // One measurement of a GEMM loop beside traffic.
 struct OverlapSample {
   double trafficSecondsPerIter = 0;
-  double gemmTflopsAlone = 0;         // mean of the GEMMs alone just before and after
-  double gemmTflopsUnder = 0;         // the same GEMMs beside the traffic
+  double gemmTflopsAlone = 0;         // the GEMMs just before and after the traffic
+  double gemmTflopsUnder = 0;         // the GEMMs that ran wholly beside it
   std::vector<double> rankSlowdowns;  // every rank's (runner.cc worstRankSample)
 };
 
@@ -33,12 +33,16 @@ class GemmLoop {
   bool init(const Device& device, size_t n, std::string* error);
   // TFLOP/s of back-to-back GEMMs with nothing else running.
   bool measureAlone(double* tflops, std::string* error);
-  // Runs `launchTraffic` `iters` times on `traffic` while GEMMs run beside it
-  // (as many as cover the traffic's solo duration, trafficAloneSeconds), and
-  // the same number of GEMMs alone right before and after (their mean is the
-  // sample's reference, so power and clock drift cancels out). `lineUp`, if
-  // given, runs between the GEMMs before and the shared window: ranks whose
-  // GPUs finished those at different times start the traffic together.
+  // Runs `launchTraffic` `iters` times on `traffic` in the middle of one
+  // unbroken train of individually timed GEMMs (a warm-up, about as many as
+  // cover the traffic's solo duration, trafficAloneSeconds, before it, more
+  // kept queued until it has ended, as many again after it): the GEMMs
+  // wholly inside the traffic's span on `traffic` against those wholly
+  // outside it, so power and clock drift cancels out and the GPU never
+  // idles between the two. Work the launch puts on other streams must be
+  // joined into `traffic` to count. `lineUp`, if given, runs right before
+  // the traffic: ranks whose GPUs reached it at different times start the
+  // traffic together.
   bool measureUnderTraffic(const Stream& traffic, int iters, double trafficAloneSeconds,
                            const std::function<bool(std::string*)>& launchTraffic,
                            OverlapSample* sample, std::string* error,

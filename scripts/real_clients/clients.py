@@ -316,21 +316,28 @@ def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
 # ---- compute beside SM-free traffic (issue 16) ---------------------------------
 
 
-def overlap_kind(kind, rank, world, device, seed, mm, rounds=5, iters=40):
+def overlap_kind(kind, rank, world, device, seed, mm, cpu_group, rounds=5, iters=40,
+                 span_ms=None):
     """bf16 8192^3 matmuls on the default stream beside `iters` x 256 MiB of
-    `kind` traffic (batch_isend_irecv ring or all_to_all_single) issued from a
-    side stream. Each round times the same matmuls alone right before and
-    after the shared window (a GPU slows as it reaches its power limit, so a
-    reference taken once would charge that drift to the traffic); the
-    slowdown is beside / mean(alone), the median of the rounds."""
+    `kind` traffic (batch_isend_irecv ring or all_to_all_single; "nothing":
+    the control, no traffic, the measurement's own bias) issued from a side
+    stream. Each round keeps one unbroken train of individually timed
+    matmuls queued (a warm-up of >= 150 ms, as many as the traffic's solo
+    time before it, more until it has ended, then as many again after it)
+    and starts the traffic once the ones before it have run: the matmuls
+    wholly inside the traffic's span against those wholly outside it (as
+    ferry-bench --overlap, bench/ferry_bench/overlap.cc). The GPU never
+    idles, so its power state holds steady (the older method, separate
+    bursts around a barrier, read x0.986-x1.033 with nothing beside). The
+    slowdown is the median of the rounds; the worst rank's."""
     n = 64 << 20  # floats: 256 MiB
     nxt, prv = (rank + 1) % world, (rank - 1) % world
-    salt = {"sendrecv": 1, "alltoall": 2}[kind]
+    salt = {"sendrecv": 1, "alltoall": 2, "nothing": 3}[kind]
     sbuf = seeded(seed + 1000 * rank + salt, n, device=device)
     rbuf = torch.empty(n, device=device)
     if kind == "sendrecv":
         want = seeded(seed + 1000 * prv + salt, n, device=device)
-    else:  # chunk p of the output is chunk `rank` of rank p's input
+    elif kind == "alltoall":  # chunk p of the output is chunk `rank` of rank p's input
         want = torch.cat([seeded(seed + 1000 * p + salt, n, device=device).view(world, -1)[rank]
                           for p in range(world)])
     side = torch.cuda.Stream(device)
@@ -342,46 +349,71 @@ def overlap_kind(kind, rank, world, device, seed, mm, rounds=5, iters=40):
                     ops = [dist.P2POp(dist.isend, sbuf, nxt), dist.P2POp(dist.irecv, rbuf, prv)]
                     for req in dist.batch_isend_irecv(ops):
                         req.wait()
-                else:
+                elif kind == "alltoall":
                     dist.all_to_all_single(rbuf, sbuf, async_op=True).wait()
 
-    def timed(stream, fn):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        fn()
-        end.record(stream)
-        return start, end
+    def event(stream):
+        e = torch.cuda.Event(enable_timing=True)
+        e.record(stream)
+        return e
 
     ok = True
-    traffic(3)  # connections, staging buffers
-    torch.cuda.synchronize()
-    t0, t1 = timed(side, lambda: traffic(iters))
-    torch.cuda.synchronize()
-    comm_alone = t0.elapsed_time(t1) / iters
-    gemms = max(1, int(sync_max(iters * comm_alone / mm.ms_per_gemm, device) + 0.999))
+    if span_ms is None:
+        traffic(3)  # connections, staging buffers
+        torch.cuda.synchronize()
+        t0 = event(side)
+        traffic(iters)
+        t1 = event(side)
+        torch.cuda.synchronize()
+        span_ms = sync_max(t0.elapsed_time(t1), device)
+    gemms = max(2, int(span_ms / mm.ms_per_gemm + 0.999))
+    warm = max(gemms, int(150 / mm.ms_per_gemm))
+    ahead = max(2, gemms // 2)  # matmuls kept queued beside the traffic
     slowdowns, comm_beside = [], []
     for r in range(rounds):
-        before = mm.time(gemms)
-        rbuf.fill_(float("nan"))
-        dist.barrier()
+        if kind != "nothing":
+            rbuf.fill_(float("nan"))
         torch.cuda.synchronize()
-        g = timed(torch.cuda.current_stream(), lambda: mm.enqueue(gemms))
-        c = timed(side, lambda: traffic(iters))
+        main = torch.cuda.current_stream()
+        train = [event(main)]
+
+        def extend(count):
+            for _ in range(count):
+                mm.enqueue(1)
+                train.append(event(main))
+
+        extend(warm + 2 * gemms)
+        train[warm + gemms].synchronize()  # the matmuls alone before it have run
+        dist.barrier(group=cpu_group)  # CPU only: the default stream is busy
+        c0 = event(side)
+        traffic(iters)
+        c1 = event(side)
+        while not c1.query() and len(train) < warm + 100 * gemms:
+            if train[-1 - ahead].query():
+                extend(ahead)
+        extend(2 * gemms)  # alone after it (and a control's solo span)
         torch.cuda.synchronize()
-        after = mm.time(gemms)
-        slowdowns.append(g[0].elapsed_time(g[1]) / ((before + after) / 2))
-        comm_beside.append(c[0].elapsed_time(c[1]) / iters)
-        if not torch.equal(rbuf, want):
+        start = train[0]
+        at = [start.elapsed_time(e) for e in train]
+        lo = start.elapsed_time(c0)
+        hi = max(start.elapsed_time(c1), lo + span_ms)
+        beside = [b - a for a, b in zip(at[warm:-1], at[warm + 1:]) if a >= lo and b <= hi]
+        alone = [b - a for a, b in zip(at[warm:-1], at[warm + 1:]) if b <= lo or a >= hi]
+        slowdowns.append((sum(beside) / len(beside)) / (sum(alone) / len(alone)))
+        comm_beside.append((start.elapsed_time(c1) - lo) / iters)
+        if kind != "nothing" and not torch.equal(rbuf, want):
             ok = False
             print(f"rank {rank}: overlap {kind} round {r} WRONG", flush=True)
     bus = (world - 1) / world if kind == "alltoall" else 1.0
     gbps = lambda ms: round(n * 4 * bus / (ms * 1e-3) / 1e9, 1)
     slowdowns.sort()
-    return ok, {f"{kind}_slowdown": slowest_median(slowdowns, device),
-                f"{kind}_slowdowns": [round(x, 4) for x in slowdowns],
-                f"{kind}_gbps_alone": gbps(sync_max(comm_alone, device)),
-                f"{kind}_gbps_beside": gbps(sync_max(sorted(comm_beside)[rounds // 2], device)),
-                f"{kind}_gemms": gemms}
+    fields = {f"{kind}_slowdown": slowest_median(slowdowns, device),
+              f"{kind}_slowdowns": [round(x, 4) for x in slowdowns],
+              f"{kind}_gemms": gemms}
+    if kind != "nothing":
+        fields[f"{kind}_gbps_alone"] = gbps(span_ms / iters)
+        fields[f"{kind}_gbps_beside"] = gbps(sync_max(sorted(comm_beside)[rounds // 2], device))
+    return ok, fields, span_ms
 
 
 class Matmuls:
@@ -413,10 +445,15 @@ def case_overlap(rep: Reporter, rank: int, world: int, device, seed: int):
     mm = Matmuls(seed, device)
     fields = {"tflops_alone": round(2 * 8192 ** 3 / (mm.ms_per_gemm * 1e-3) / 1e12, 1)}
     ok = True
-    for kind in ("sendrecv", "alltoall"):
-        good, f = overlap_kind(kind, rank, world, device, seed, mm,
-                               rounds=int(os.environ.get("CLIENT_OVERLAP_ROUNDS", "5")),
-                               iters=int(os.environ.get("CLIENT_OVERLAP_ITERS", "40")))
+    cpu_group = dist.new_group(backend="gloo")  # a barrier that waits on no stream
+    rounds = int(os.environ.get("CLIENT_OVERLAP_ROUNDS", "5"))
+    iters = int(os.environ.get("CLIENT_OVERLAP_ITERS", "40"))
+    span_ms = None
+    # "nothing" last: its window is as long as the sendrecv's traffic.
+    for kind in ("sendrecv", "alltoall", "nothing"):
+        good, f, span = overlap_kind(kind, rank, world, device, seed, mm, cpu_group, rounds=rounds,
+                                     iters=iters, span_ms=span_ms if kind == "nothing" else None)
+        span_ms = span if kind == "sendrecv" else span_ms
         ok, fields = ok and good, {**fields, **f}
     rep.emit("overlap", ok, **fields)
 

@@ -61,7 +61,8 @@ METRICS = ["step_ms", "median_ms", "host_ms", "comm_ms", "b_over_a", "ms_4096B",
            "host_ms_4096B", "host_ms_1048576B", "host_ms_16777216B", "host_ms_268435456B",
            "synced_ms_4096B", "synced_ms_1048576B",
            "busbw_max", "wrong", "setup_s", "held_mib", "mib_per_group",
-           "sendrecv_slowdown", "alltoall_slowdown", "sendrecv_gbps_beside", "alltoall_gbps_beside"]
+           "sendrecv_slowdown", "alltoall_slowdown", "nothing_slowdown", "sendrecv_gbps_beside",
+           "alltoall_gbps_beside"]
 
 
 def cell(recs, ranks):
@@ -161,7 +162,7 @@ def planned_by(run, name):
 FOLDED = [("pipe.", "step_ms"), ("pipe.", "comm_ms"), ("pipe.", "b_over_a"), ("a2a", "median_ms"), ("a2a", "host_ms"), ("batch", "ms_16777216B"),
           ("batch", "ms_268435456B"), ("batch", "host_ms_16777216B"), ("blocking", "median_ms"),
           ("fsdp2", "step_ms"), ("ddp", "step_ms"), ("overlap", "sendrecv_slowdown"),
-          ("overlap", "alltoall_slowdown")]
+          ("overlap", "alltoall_slowdown"), ("overlap", "nothing_slowdown")]
 
 
 def base_mode(tag):
