@@ -11,6 +11,11 @@
 // local block as one plain copy and ~x1.00 to the same bytes as strided
 // rows (ferry-overlap-floor, NOTES.md trap 71).
 //
+// With two GPUs both are held, and three more kinds ask whether a copy
+// within GPU 0 can run on GPU 1's copy engine over NVLink (zero SMs on
+// either GPU: the all-to-all's own block then would cost the compute beside
+// it nothing; session 38 measured that block starving beside a GEMM loop).
+//
 // Usage: ferry-copy-sm [bytes]   (one process; GPU 1 too when present)
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -73,21 +78,28 @@ int main(int argc, char** argv) {
   const bool peer = devices > 1;
   if (peer) CHECK(cudaDeviceEnablePeerAccess(1, 0));
   char *src, *dst, *peerDst = nullptr, *host;
-  int *release, *arrived, *scratch;
+  int *release, *arrived, *scratch;  // arrived[d]: blocks resident on GPU d
   CHECK(cudaMalloc(&src, bytes));
   CHECK(cudaMalloc(&dst, bytes));
   CHECK(cudaMalloc(&scratch, sizeof(int)));
   CHECK(cudaMemset(src, 7, bytes));
   CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
-  CHECK(cudaHostAlloc(&release, sizeof(int), cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(&arrived, sizeof(int), cudaHostAllocMapped));
+  // Portable: both GPUs' holder kernels read and count in these words.
+  CHECK(cudaHostAlloc(&release, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+  CHECK(cudaHostAlloc(&arrived, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+  cudaStream_t holder[2] = {}, s, s1 = nullptr;
+  cudaEvent_t onS = nullptr, onS1 = nullptr;  // joins between s and s1
   if (peer) {
     CHECK(cudaSetDevice(1));
+    CHECK(cudaDeviceEnablePeerAccess(0, 0));
     CHECK(cudaMalloc(&peerDst, bytes));
+    CHECK(cudaStreamCreateWithFlags(&holder[1], cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CHECK(cudaEventCreateWithFlags(&onS1, cudaEventDisableTiming));
     CHECK(cudaSetDevice(0));
+    CHECK(cudaEventCreateWithFlags(&onS, cudaEventDisableTiming));
   }
-  cudaStream_t holder, s;
-  CHECK(cudaStreamCreateWithFlags(&holder, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&holder[0], cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int sms = 0, perSm = 0;
   constexpr int kThreads = 1024;
@@ -140,14 +152,40 @@ int main(int argc, char** argv) {
       {"cudaMemcpyAsync device to pinned host", bytes,
        [&] { return cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s); }},
   };
+  // Work on GPU 1's stream s1, ordered after s's work and before what s
+  // queues next (so the timing events on s bracket it).
+  auto onPeer = [&](const std::function<cudaError_t()>& issue) {
+    cudaError_t e = cudaEventRecord(onS, s);
+    if (e == cudaSuccess) e = cudaSetDevice(1);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s1, onS, 0);
+    if (e == cudaSuccess) e = issue();
+    if (e == cudaSuccess) e = cudaEventRecord(onS1, s1);
+    const cudaError_t back = cudaSetDevice(0);
+    if (e == cudaSuccess) e = back;
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s, onS1, 0);
+    return e;
+  };
   if (peer) {
+    kinds.push_back(
+        {"GPU 0 to GPU 0 on a GPU 1 stream, cudaMemcpyPeerAsync", bytes,
+         [&] { return onPeer([&] { return cudaMemcpyPeerAsync(dst, 0, src, 0, bytes, s1); }); }});
+    kinds.push_back({"GPU 0 to GPU 0 on a GPU 1 stream, cudaMemcpyAsync", bytes, [&] {
+                       return onPeer(
+                           [&] { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s1); });
+                     }});
+    kinds.push_back({"GPU 0 to GPU 0 through GPU 1: two peer copies", bytes, [&] {
+                       const cudaError_t e = cudaMemcpyPeerAsync(peerDst, 1, src, 0, bytes, s);
+                       if (e != cudaSuccess) return e;
+                       return onPeer(
+                           [&] { return cudaMemcpyPeerAsync(dst, 0, peerDst, 1, bytes, s1); });
+                     }});
     kinds.push_back({"cudaMemcpyPeerAsync to GPU 1", bytes,
                      [&] { return cudaMemcpyPeerAsync(peerDst, 1, src, 0, bytes, s); }});
     kinds.push_back({"cudaMemcpyBatchAsync to GPU 1, PreferOverlapWithCompute", bytes,
                      [&] { return batch(peerDst, src, cudaMemcpyFlagPreferOverlapWithCompute); }});
   }
-  printf("# %zu B; GPU 0 held by %d blocks x %d threads (%d SMs x %d)\n", bytes, sms * perSm,
-         kThreads, sms, perSm);
+  printf("# %zu B; GPU 0%s held by %d blocks x %d threads each (%d SMs x %d)\n", bytes,
+         peer ? " and GPU 1" : "", sms * perSm, kThreads, sms, perSm);
   printf("# %-56s %-10s %10s %9s %9s\n", "copy", "runs on", "done at ms", "GB/s alone", "CPU us");
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
@@ -181,15 +219,27 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamSynchronize(s));
     std::sort(cpuUs.begin(), cpuUs.end());
     // Beside a kernel that holds every SM.
+    // (Both GPUs are alike here: GPU 1 gets as many blocks as GPU 0.)
     *release = 0;
-    *arrived = 0;
-    holdSms<<<sms * perSm, kThreads, 0, holder>>>(release, arrived, 5000000000ull);
-    CHECK(cudaGetLastError());
+    const int heldGpus = peer ? 2 : 1;
+    for (int d = 0; d < heldGpus; ++d) {
+      arrived[d] = 0;
+      CHECK(cudaSetDevice(d));
+      holdSms<<<sms * perSm, kThreads, 0, holder[d]>>>(release, arrived + d, 5000000000ull);
+      CHECK(cudaGetLastError());
+    }
+    CHECK(cudaSetDevice(0));
     const auto t0 = std::chrono::steady_clock::now();
-    while (__atomic_load_n(arrived, __ATOMIC_ACQUIRE) < sms * perSm && elapsedMs(t0) < 2000) {
+    const auto allHeld = [&] {
+      for (int d = 0; d < heldGpus; ++d) {
+        if (__atomic_load_n(arrived + d, __ATOMIC_ACQUIRE) < sms * perSm) return false;
+      }
+      return true;
+    };
+    while (!allHeld() && elapsedMs(t0) < 2000) {
       std::this_thread::yield();
     }
-    const bool held = *arrived >= sms * perSm;
+    const bool held = allHeld();
     const auto t1 = std::chrono::steady_clock::now();
     CHECK(k.issue());
     CHECK(cudaEventRecord(e1, s));
@@ -203,7 +253,10 @@ int main(int argc, char** argv) {
     // release: a plain store; the kernel's volatile loads see it eventually
     // (mapped pinned memory, no ordering with anything else needed).
     *release = 1;
-    CHECK(cudaDeviceSynchronize());
+    for (int d = heldGpus - 1; d >= 0; --d) {
+      CHECK(cudaSetDevice(d));
+      CHECK(cudaDeviceSynchronize());
+    }
     if (doneMs < 0) doneMs = elapsedMs(t1);
     const char* where = !held ? "(not held)" : doneMs < kHoldMs ? "copy engine" : "SMs";
     printf("  %-56s %-10s %10.2f %9.1f %9.1f\n", k.name, where, doneMs, k.moved / (ms / 1e3) / 1e9,

@@ -84,6 +84,12 @@ int main(int argc, char** argv) {
     CHECK(cudaSetDevice(d));
     CHECK(cudaDeviceSynchronize());
   }
+  // byPeer: a stream of the other GPU that copies within the GEMM's GPU
+  // (over NVLink both ways: zero SMs on the GEMM's GPU if ferry-copy-sm
+  // finds it on a copy engine).
+  cudaStream_t byPeer;
+  CHECK(cudaSetDevice(peer));
+  CHECK(cudaStreamCreateWithFlags(&byPeer, cudaStreamNonBlocking));
   CHECK(cudaSetDevice(me));
   CHECK(cudaStreamCreateWithFlags(&local, cudaStreamNonBlocking));
   using ferry::bench::Backend;
@@ -189,6 +195,26 @@ int main(int argc, char** argv) {
       localHalf(row);
     }
   };
+  // The local half copied by the other GPU's stream (src and dst on the
+  // GEMM's GPU), beside the pushes or alone.
+  auto localByPeer = [&] {
+    const size_t half = bytes / 2;
+    CHECK(cudaSetDevice(peer));
+    CHECK(cudaMemcpyPeerAsync(static_cast<char*>(buf[me][1]) + half, me,
+                              static_cast<char*>(buf[me][0]) + half, me, half, byPeer));
+    CHECK(cudaSetDevice(me));
+  };
+  auto allToAllByPeer = [&](bool pushes) {
+    for (int i = 0; i < iters; ++i) {
+      if (pushes) {
+        CHECK(cudaSetDevice(peer));
+        CHECK(cudaMemcpyPeerAsync(buf[me][1], me, buf[peer][0], peer, bytes / 2, copy[peer]));
+        CHECK(cudaSetDevice(me));
+        CHECK(cudaMemcpyPeerAsync(buf[peer][1], peer, buf[me][0], me, bytes / 2, copy[me]));
+      }
+      localByPeer();
+    }
+  };
   // The local half alone (no NVLink traffic): its own speed ("alone ms")
   // and what it costs the GEMM, plain and as rows (trap 71's "why").
   auto localOnly = [&](size_t row) {
@@ -216,6 +242,8 @@ int main(int argc, char** argv) {
       {"all-to-all shape, local beside as 256 B rows", [&] { allToAllRows(256); }},
       {"all-to-all shape, local beside as 128 B rows", [&] { allToAllRows(128); }},
       {"all-to-all shape, local beside as a hinted batch", [&] { allToAllRows(kBatch); }},
+      {"all-to-all shape, local half by the other GPU's stream", [&] { allToAllByPeer(true); }},
+      {"local half alone, by the other GPU's stream", [&] { allToAllByPeer(false); }},
       {"local half alone, one copy", [&] { localOnly(0); }},
       {"local half alone, hinted batch copy", [&] { localOnly(kBatch); }},
       {"local half alone, as 4 KiB rows", [&] { localOnly(4096); }},
@@ -229,19 +257,19 @@ int main(int argc, char** argv) {
        }},
   };
   // GemmLoop counts the GEMMs that run while its traffic stream is busy: the
-  // kinds' streams (both GPUs' copy streams and `local`) join into it.
-  cudaEvent_t joined[3];
-  for (int d = 0; d < 2; ++d) {
-    CHECK(cudaSetDevice(d));
-    CHECK(cudaEventCreateWithFlags(&joined[d], cudaEventDisableTiming));
+  // kinds' streams (both GPUs' copy streams, `local`, `byPeer`) join into it.
+  const cudaStream_t joinFrom[4] = {copy[0], copy[1], local, byPeer};
+  const int joinDevice[4] = {0, 1, me, peer};
+  cudaEvent_t joined[4];
+  for (int i = 0; i < 4; ++i) {
+    CHECK(cudaSetDevice(joinDevice[i]));
+    CHECK(cudaEventCreateWithFlags(&joined[i], cudaEventDisableTiming));
   }
   CHECK(cudaSetDevice(me));
-  CHECK(cudaEventCreateWithFlags(&joined[2], cudaEventDisableTiming));
   auto joinInto = [&](cudaStream_t into) {
-    const cudaStream_t from[3] = {copy[0], copy[1], local};
-    for (int i = 0; i < 3; ++i) {
-      CHECK(cudaSetDevice(i < 2 ? i : me));
-      CHECK(cudaEventRecord(joined[i], from[i]));
+    for (int i = 0; i < 4; ++i) {
+      CHECK(cudaSetDevice(joinDevice[i]));
+      CHECK(cudaEventRecord(joined[i], joinFrom[i]));
       CHECK(cudaSetDevice(me));
       CHECK(cudaStreamWaitEvent(into, joined[i], 0));
     }
