@@ -56,7 +56,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from common import (H, TIME_STEPS, Reporter, VariantGroups, ab_variants, library_in_use, mse,
-                    rel_err, seeded, slowest_median, sync_max)
+                    rel_err, seeded, slowest_median, split_train, sync_max)
 from pipe_case import LOOPED, SINGLE, V_SHAPED, case_pipe
 from procutil import pin_near_gpu
 
@@ -397,9 +397,8 @@ def overlap_kind(kind, rank, world, device, seed, mm, cpu_group, rounds=5, iters
         at = [start.elapsed_time(e) for e in train]
         lo = start.elapsed_time(c0)
         hi = max(start.elapsed_time(c1), lo + span_ms)
-        beside = [b - a for a, b in zip(at[warm:-1], at[warm + 1:]) if a >= lo and b <= hi]
-        alone = [b - a for a, b in zip(at[warm:-1], at[warm + 1:]) if b <= lo or a >= hi]
-        slowdowns.append((sum(beside) / len(beside)) / (sum(alone) / len(alone)))
+        beside, alone = split_train(at, warm, lo, hi)
+        slowdowns.append(beside / alone)
         comm_beside.append((start.elapsed_time(c1) - lo) / iters)
         if kind != "nothing" and not torch.equal(rbuf, want):
             ok = False

@@ -49,6 +49,21 @@ def slowest_median(values, device, digits: int = 4) -> float:
     return round(sync_max(upper_median(values), device), digits)
 
 
+def split_train(at, first, lo, hi):
+    """A train of back-to-back matmuls, at[k] the start of matmul k and the
+    end of matmul k-1: (mean of those wholly inside [lo, hi], mean of those
+    from `first` on wholly outside it); those straddling an edge count for
+    neither. When none lies wholly inside (traffic shorter than one matmul)
+    those it touches count instead (as ferry-bench's gemm_split.h)."""
+    spans = [(a, b) for a, b in zip(at[first:-1], at[first + 1:])]
+    beside = [b - a for a, b in spans if a >= lo and b <= hi]
+    if not beside:
+        beside = [b - a for a, b in spans if b > lo and a < hi]
+    alone = [b - a for a, b in spans if b <= lo or a >= hi]
+    mean = lambda v: sum(v) / len(v) if v else float("nan")
+    return mean(beside), mean(alone)
+
+
 def seeded(seed: int, *shape, dtype=torch.float32, device="cpu") -> torch.Tensor:
     """Reproducible on every rank (same seed, same generator kind), drawn
     where it is used: CPU generation of 100M-element batches would dominate

@@ -206,6 +206,26 @@ none = common.VariantGroups("a2a", 2, lambda *args: warmed.append(args))
 check(none.labels == ["a2a"] and none.groups == [None] and none.order(5) == [0],
       "without CLIENT_AB_ENV: the default group alone")
 
+# split_train (the overlap case's reading of its matmul train), against an
+# independent count over random trains and spans.
+for trial in range(50):
+    durs = [random.uniform(0.5, 1.5) for _ in range(120)]
+    at = [0.0]
+    for d in durs:
+        at.append(at[-1] + d)
+    lo = random.uniform(at[15], at[80])
+    hi = lo + random.uniform(3, 20)
+    inside = [d for k, d in enumerate(durs) if k >= 10 and at[k] >= lo and at[k] + d <= hi]
+    outside = [d for k, d in enumerate(durs) if k >= 10 and (at[k] + d <= lo or at[k] >= hi)]
+    got = common.split_train(at, 10, lo, hi)
+    want = (sum(inside) / len(inside), sum(outside) / len(outside))
+    if abs(got[0] - want[0]) > 1e-9 or abs(got[1] - want[1]) > 1e-9:
+        check(False, f"split_train trial {trial}: {got} != {want}")
+        break
+# [0,1) warm, [1,4) [4,7) [7,10): a span inside one matmul counts that one.
+check(common.split_train([0, 1, 4, 7, 10], 1, 4.5, 5.0) == (3.0, 3.0),
+      f"split_train, span shorter than a matmul: {common.split_train([0, 1, 4, 7, 10], 1, 4.5, 5.0)}")
+
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
 print("clients helpers: all checks passed")
