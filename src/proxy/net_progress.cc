@@ -141,7 +141,7 @@ Status NetProgress::testFailed(ConnState& c, const InFlight& f, Status s) {
 
 // A done chunk at the front: its counters move and, with its message's
 // last chunk, the message leaves.
-Status NetProgress::retire(ConnState& c, const InFlight& f) {
+Status NetProgress::retire(ConnState& c, const InFlight& f, int64_t nowNs) {
   NetWords& words = c.conn->netBuffers->words();
   NetOp& op = c.ops.front();
   if (!c.conn->isSend) {
@@ -159,6 +159,7 @@ Status NetProgress::retire(ConnState& c, const InFlight& f) {
   // Release: the engine is done with the staging block; the user's thread
   // (acquire) may reuse it.
   if (c.conn->isSend) words.sent.store(op.seq + 1);
+  noteMessage(c, op, nowNs);
   finished_(op);
   c.ops.pop_front();
   return ncclSuccess;
@@ -202,21 +203,45 @@ Status NetProgress::flushDirect(ConnState& c, const NetOp& op) {
 
 // Chunks retire in chunk order (the counters are monotonic): the done
 // prefix of the requests.
-Status NetProgress::testRequests(ConnState& c, bool* moved) {
+Status NetProgress::testRequests(ConnState& c, int64_t nowNs, bool* moved) {
   FERRY_CHECK(testLinks(c, moved));
   while (!c.requests.empty() && c.requests.front().done) {
     const InFlight f = c.requests.front();
     c.requests.pop_front();
     ++c.base;
-    FERRY_CHECK(retire(c, f));
+    FERRY_CHECK(retire(c, f, nowNs));
   }
   return ncclSuccess;
+}
+
+// Where a message's time went, as the proxy saw it: from taking the op to
+// posting its first chunk (a send waits for its staging copy, which waits
+// for the user's stream; a receive for its block or window), from there to
+// its last chunk done (the network), and the gap between the previous
+// message's end and this one's first chunk (whatever its cause: the user's
+// pace, or the turnaround through the streams when each message waits for
+// the one before, as in a loop of exchanges).
+void NetProgress::noteMessage(ConnState& c, const NetOp& op, int64_t nowNs) {
+  NetStats& st = c.conn->netStats;
+  const int64_t first = op.firstPostNs >= 0 ? op.firstPostNs : nowNs;
+  const auto add = [](std::atomic<uint64_t>& to, int64_t ns) {
+    // Relaxed: statistics, read at destroy.
+    if (ns > 0) to.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  };
+  st.messages.fetch_add(1, std::memory_order_relaxed);
+  add(st.firstOutNs, first - op.postedNs);
+  add(st.wireNs, nowNs - first);
+  // The connection's state may have been dropped while it had no message:
+  // the previous end lives in its NetStats.
+  const int64_t lastDone = st.lastDoneNs.load(std::memory_order_relaxed);
+  if (lastDone >= 0) add(st.gapNs, first - lastDone);
+  st.lastDoneNs.store(nowNs, std::memory_order_relaxed);
 }
 
 Status NetProgress::postChunks(ConnState& c, int64_t nowNs, bool* moved) {
   for (size_t l = 0; l < c.links.size(); ++l) {
     NetStop why = NetStop::Window;
-    FERRY_CHECK(postLink(c, l, moved, &why));
+    FERRY_CHECK(postLink(c, l, nowNs, moved, &why));
     noteStop(c, c.links[l], why, nowNs);
   }
   return ncclSuccess;
@@ -243,7 +268,7 @@ void NetProgress::closeStops(ConnState& c, int64_t nowNs) {
 // Posts link l's chunks in its order while its window has room and their
 // messages allow: a send's chunk once staged, a receive's once its block
 // is free.
-Status NetProgress::postLink(ConnState& c, size_t l, bool* moved, NetStop* why) {
+Status NetProgress::postLink(ConnState& c, size_t l, int64_t nowNs, bool* moved, NetStop* why) {
   NetWords& words = c.conn->netBuffers->words();
   NetStats& stats = c.conn->netStats;
   LinkState& ls = c.links[l];
@@ -299,6 +324,7 @@ Status NetProgress::postLink(ConnState& c, size_t l, bool* moved, NetStop* why) 
     }
     *why = NetStop::Engine;
     if (request == nullptr) return ncclSuccess;  // the engine says "not now"
+    if (op->firstPostNs < 0) op->firstPostNs = nowNs;
     // Relaxed: statistics (NetStats).
     stats.posts.fetch_add(1, std::memory_order_relaxed);
     stats.aheadSum.fetch_add(ahead, std::memory_order_relaxed);
@@ -340,7 +366,7 @@ bool NetProgress::step(int64_t nowNs) {
     ConnState& c = *conns_[i];
     // A connection the user's thread failed (its launch broke off).
     Status s = c.conn->failed.load();
-    if (ok(s)) s = testRequests(c, &moved);
+    if (ok(s)) s = testRequests(c, nowNs, &moved);
     if (ok(s)) s = postChunks(c, nowNs, &moved);
     if (ok(s) && !c.ops.empty()) s = checkTimeout(c, nowNs);
     // Each cause above has logged its own WARN, the last error users read.

@@ -84,8 +84,10 @@ struct NetOp {
   uint64_t reuseAfter = 0;  // receive: land nothing before `drained` >= this (a reused block)
   int64_t postedNs = 0;
 
-  // Proxy state: chunks completed (retired in order).
+  // Proxy state: chunks completed (retired in order); when its first chunk
+  // went to the engine (-1: not yet; NetStats' message timeline).
   uint64_t done = 0;
+  int64_t firstPostNs = -1;
 
   uint64_t chunks() const { return netChunks(bytes, chunkBytes); }
   bool last(uint64_t k) const { return k + 1 == chunks(); }
@@ -146,10 +148,12 @@ class NetProgress {
     std::vector<LinkState> links;
   };
 
-  [[nodiscard]] Status testRequests(ConnState& c, bool* moved);
+  [[nodiscard]] Status testRequests(ConnState& c, int64_t nowNs, bool* moved);
   [[nodiscard]] Status testLinks(ConnState& c, bool* moved);
   [[nodiscard]] Status testFailed(ConnState& c, const InFlight& f, Status s);
-  [[nodiscard]] Status retire(ConnState& c, const InFlight& f);
+  [[nodiscard]] Status retire(ConnState& c, const InFlight& f, int64_t nowNs);
+  // A message's timeline into NetStats, as it completes.
+  static void noteMessage(ConnState& c, const NetOp& op, int64_t nowNs);
   // A direct receive's chunks are in GPU memory: each link flushes them.
   [[nodiscard]] Status flushDirect(ConnState& c, const NetOp& op);
   // The op that connection-wide chunk `chunk` belongs to; null when no
@@ -157,7 +161,7 @@ class NetProgress {
   static NetOp* opOf(ConnState& c, uint64_t chunk);
   [[nodiscard]] Status postChunks(ConnState& c, int64_t nowNs, bool* moved);
   // Posts link l's chunks while it may; `*why` says what stopped it.
-  [[nodiscard]] Status postLink(ConnState& c, size_t l, bool* moved, NetStop* why);
+  [[nodiscard]] Status postLink(ConnState& c, size_t l, int64_t nowNs, bool* moved, NetStop* why);
   // The time since the link's cause last changed goes to that cause:
   // chargeStop adds it, noteStop does when `why` differs and starts anew,
   // closeStops does for every link of a connection going idle.

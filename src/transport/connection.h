@@ -72,6 +72,14 @@ struct NetStats {
   std::atomic<uint64_t> posts{0};
   std::atomic<uint64_t> aheadSum{0};  // sends: staged chunks not yet posted, summed at each post
   std::atomic<uint64_t> aheadMax{0};
+  // Per message, summed (NetProgress::noteMessage): the proxy's take to its
+  // first chunk posted, first chunk posted to last done, and the gap from
+  // the connection's previous message's end to this one's first chunk.
+  std::atomic<uint64_t> messages{0};
+  std::atomic<uint64_t> firstOutNs{0};
+  std::atomic<uint64_t> wireNs{0};
+  std::atomic<uint64_t> gapNs{0};
+  std::atomic<int64_t> lastDoneNs{-1};  // the previous message's end (proxy's clock)
 };
 
 // " net links: window full 12.3 ms, not staged 40.1 ms; 128 chunks posted,

@@ -217,6 +217,18 @@ std::string describeNetStats(const NetStats& s, bool isSend) {
              static_cast<unsigned long long>(s.aheadMax.load(std::memory_order_relaxed)));
     out += part;
   }
+  const uint64_t msgs = s.messages.load(std::memory_order_relaxed);
+  if (msgs > 0) {
+    const auto avgUs = [msgs](const std::atomic<uint64_t>& ns) {
+      return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e3 /
+             static_cast<double>(msgs);
+    };
+    snprintf(part, sizeof(part), "; %llu messages, avg us: first chunk out %.1f, wire %.1f",
+             static_cast<unsigned long long>(msgs), avgUs(s.firstOutNs), avgUs(s.wireNs));
+    out += part;
+    snprintf(part, sizeof(part), ", gap after the previous %.1f", avgUs(s.gapNs));
+    out += part;
+  }
   return out;
 }
 

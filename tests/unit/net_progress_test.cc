@@ -218,7 +218,41 @@ TEST_F(NetProgressTest, StatsChargeEachLinksTimeToWhatStoppedIt) {
   EXPECT_EQ(s.aheadMax.load(), 4u);
   EXPECT_EQ(describeNetStats(s, true),
             " net links: no message 0.0 ms, not staged 0.0 ms; 4 chunks posted, staged ahead "
-            "avg 2.5 max 4");
+            "avg 2.5 max 4; 1 messages, avg us: first chunk out 1.0, wire 2.0, gap after the "
+            "previous 0.0");
+}
+
+TEST_F(NetProgressTest, StatsFollowEachMessagesTimeline) {
+  // Message 0, taken at t = 0, staged at 1000 ns, done at 3000; message 1,
+  // taken at 2000, staged only at 7000 (its stream waited for message 0's
+  // turnaround), done at 8000 and sent in one chunk.
+  makeConnection(/*isSend=*/true, 1);
+  NetProgress p([](const NetOp&) {});
+  p.add(message(0, 2 * kChunk, 0));
+  p.step(0);
+  words().filled.store(2);
+  p.step(1000);
+  p.step(3000);
+  EXPECT_TRUE(p.empty());
+  NetOp second = message(1, kChunk, 2);
+  second.postedNs = 2000;
+  p.add(second);
+  p.step(4000);
+  EXPECT_EQ(posts(0), 2) << "message 1 waits for its staging";
+  words().filled.store(3);
+  p.step(7000);
+  p.step(8000);
+  EXPECT_TRUE(p.empty());
+  const NetStats& s = conn_.netStats;
+  EXPECT_EQ(s.messages.load(), 2u);
+  EXPECT_EQ(s.firstOutNs.load(), 1000u + 5000u);  // taken to first chunk posted
+  EXPECT_EQ(s.wireNs.load(), 2000u + 1000u);      // first chunk posted to done
+  EXPECT_EQ(s.gapNs.load(), 4000u);               // message 0's end to message 1's start
+  const std::string text = describeNetStats(s, true);
+  EXPECT_NE(text.find("2 messages, avg us: first chunk out 3.0, wire 1.5, gap after the "
+                      "previous 2.0"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(NetProgressTest, StatsTellABusyBlockFromAFullWindow) {
