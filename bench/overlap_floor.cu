@@ -87,11 +87,17 @@ int main(int argc, char** argv) {
   // byPeer: a stream of the other GPU that copies within the GEMM's GPU
   // (over NVLink both ways: zero SMs on the GEMM's GPU if ferry-copy-sm
   // finds it on a copy engine).
-  cudaStream_t byPeer;
+  // localHi: the same local copies on a stream of the greatest priority
+  // (its blocks go first at each of the GEMM's wave ends: the traffic keeps
+  // its speed, the GEMM pays; trap 74's other way out).
+  cudaStream_t byPeer, localHi;
   CHECK(cudaSetDevice(peer));
   CHECK(cudaStreamCreateWithFlags(&byPeer, cudaStreamNonBlocking));
   CHECK(cudaSetDevice(me));
   CHECK(cudaStreamCreateWithFlags(&local, cudaStreamNonBlocking));
+  int leastPriority = 0, greatestPriority = 0;
+  CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
+  CHECK(cudaStreamCreateWithPriority(&localHi, cudaStreamNonBlocking, greatestPriority));
   using ferry::bench::Backend;
   const ferry::bench::Device gpu0{Backend::Cuda, me, nullptr};
   ferry::bench::GemmLoop g;
@@ -154,7 +160,7 @@ int main(int argc, char** argv) {
   // copies, even rows then odd rows, so the driver cannot fold them into one
   // contiguous copy), as one plain copy when `row` is 0, or as one batch
   // copy with cudaMemcpyFlagPreferOverlapWithCompute when it is kBatch.
-  auto localHalf = [&](size_t row) {
+  auto localHalf = [&](size_t row, cudaStream_t on) {
     const size_t half = bytes / 2;
     if (row == kBatch) {  // hinted toward overlap with compute; still SMs (ferry-copy-sm)
       cudaMemcpyAttributes attr{};
@@ -163,13 +169,13 @@ int main(int argc, char** argv) {
       void* dsts[1] = {static_cast<char*>(buf[me][1]) + half};
       const void* srcs[1] = {static_cast<char*>(buf[me][0]) + half};
       size_t sizes[1] = {half}, idx[1] = {0};
-      CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, idx, 1, local));
+      CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, idx, 1, on));
       return;
     }
     if (row == 0) {
       CHECK(cudaMemcpyAsync(static_cast<char*>(buf[me][1]) + half,
                             static_cast<char*>(buf[me][0]) + half, half, cudaMemcpyDeviceToDevice,
-                            local));
+                            on));
       return;
     }
     const size_t rows = half / (2 * row);  // per parity
@@ -179,20 +185,20 @@ int main(int argc, char** argv) {
         const size_t off = half + parity * row + first * 2 * row;
         CHECK(cudaMemcpy2DAsync(static_cast<char*>(buf[me][1]) + off, 2 * row,
                                 static_cast<char*>(buf[me][0]) + off, 2 * row, row,
-                                std::min(kMaxRows, rows - first), cudaMemcpyDeviceToDevice, local));
+                                std::min(kMaxRows, rows - first), cudaMemcpyDeviceToDevice, on));
       }
     }
   };
   // The all-to-all shape with the local half beside the pushes as rows: does
   // a strided local copy cost the GEMM less than one contiguous burst?
-  auto allToAllRows = [&](size_t row) {
+  auto allToAllRows = [&](size_t row, cudaStream_t on) {
     const size_t half = bytes / 2;
     for (int i = 0; i < iters; ++i) {
       CHECK(cudaSetDevice(peer));
       CHECK(cudaMemcpyPeerAsync(buf[me][1], me, buf[peer][0], peer, half, copy[peer]));
       CHECK(cudaSetDevice(me));
       CHECK(cudaMemcpyPeerAsync(buf[peer][1], peer, buf[me][0], me, half, copy[me]));
-      localHalf(row);
+      localHalf(row, on);
     }
   };
   // The local half copied by the other GPU's stream (src and dst on the
@@ -219,7 +225,7 @@ int main(int argc, char** argv) {
   // and what it costs the GEMM, plain and as rows (trap 71's "why").
   auto localOnly = [&](size_t row) {
     CHECK(cudaSetDevice(me));
-    for (int i = 0; i < iters; ++i) localHalf(row);
+    for (int i = 0; i < iters; ++i) localHalf(row, local);
   };
   struct Kind {
     const char* name;
@@ -237,12 +243,14 @@ int main(int argc, char** argv) {
       {"all-to-all shape: half each way + half local", [&] { allToAll(1, local); }},
       {"all-to-all shape, local after the push", [&] { allToAll(1, copy[me]); }},
       {"all-to-all shape, local in 8 pieces", [&] { allToAll(8, copy[me]); }},
-      {"all-to-all shape, local beside as 4 KiB rows", [&] { allToAllRows(4096); }},
-      {"all-to-all shape, local beside as 512 B rows", [&] { allToAllRows(512); }},
-      {"all-to-all shape, local beside as 256 B rows", [&] { allToAllRows(256); }},
-      {"all-to-all shape, local beside as 128 B rows", [&] { allToAllRows(128); }},
-      {"all-to-all shape, local beside as a hinted batch", [&] { allToAllRows(kBatch); }},
+      {"all-to-all shape, local beside as 4 KiB rows", [&] { allToAllRows(4096, local); }},
+      {"all-to-all shape, local beside as 512 B rows", [&] { allToAllRows(512, local); }},
+      {"all-to-all shape, local beside as 256 B rows", [&] { allToAllRows(256, local); }},
+      {"all-to-all shape, local beside as 128 B rows", [&] { allToAllRows(128, local); }},
+      {"all-to-all shape, local beside as a hinted batch", [&] { allToAllRows(kBatch, local); }},
       {"all-to-all shape, local half by the other GPU's stream", [&] { allToAllByPeer(true); }},
+      {"all-to-all shape, local one copy, high priority", [&] { allToAllRows(0, localHi); }},
+      {"all-to-all shape, local 4 KiB rows, high priority", [&] { allToAllRows(4096, localHi); }},
       {"local half alone, by the other GPU's stream", [&] { allToAllByPeer(false); }},
       {"local half alone, one copy", [&] { localOnly(0); }},
       {"local half alone, hinted batch copy", [&] { localOnly(kBatch); }},
@@ -257,17 +265,18 @@ int main(int argc, char** argv) {
        }},
   };
   // GemmLoop counts the GEMMs that run while its traffic stream is busy: the
-  // kinds' streams (both GPUs' copy streams, `local`, `byPeer`) join into it.
-  const cudaStream_t joinFrom[4] = {copy[0], copy[1], local, byPeer};
-  const int joinDevice[4] = {0, 1, me, peer};
-  cudaEvent_t joined[4];
-  for (int i = 0; i < 4; ++i) {
+  // kinds' streams (both GPUs' copy streams, `local`, `byPeer`, `localHi`)
+  // join into it.
+  const cudaStream_t joinFrom[5] = {copy[0], copy[1], local, byPeer, localHi};
+  const int joinDevice[5] = {0, 1, me, peer, me};
+  cudaEvent_t joined[5];
+  for (int i = 0; i < 5; ++i) {
     CHECK(cudaSetDevice(joinDevice[i]));
     CHECK(cudaEventCreateWithFlags(&joined[i], cudaEventDisableTiming));
   }
   CHECK(cudaSetDevice(me));
   auto joinInto = [&](cudaStream_t into) {
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 5; ++i) {
       CHECK(cudaSetDevice(joinDevice[i]));
       CHECK(cudaEventRecord(joined[i], joinFrom[i]));
       CHECK(cudaSetDevice(me));
@@ -302,7 +311,8 @@ int main(int argc, char** argv) {
   // median of its samples' alone / beside. "vs nothing" compares with the
   // median of the kind that launches nothing instead.
   constexpr int kRounds = 7;
-  std::vector<std::vector<double>> tflops(kinds.size()), ratios(kinds.size());
+  std::vector<std::vector<double>> tflops(kinds.size()), ratios(kinds.size()),
+      besideMs(kinds.size());
   for (int r = 0; r < kRounds; ++r) {
     for (size_t k = 0; k < kinds.size(); ++k) {
       ferry::bench::OverlapSample sample;
@@ -318,6 +328,7 @@ int main(int argc, char** argv) {
       syncBoth();  // the kind's copies on other streams, both GPUs
       tflops[k].push_back(sample.gemmTflopsUnder);
       ratios[k].push_back(sample.gemmTflopsAlone / sample.gemmTflopsUnder);
+      besideMs[k].push_back(sample.trafficSecondsPerIter * 1e3);  // iters = 1: the whole kind
     }
   }
   auto median = [](std::vector<double> v) {
@@ -329,13 +340,16 @@ int main(int argc, char** argv) {
       "# %d rounds, medians; slowdown = GEMM alone (the same GEMMs right before and after) / "
       "GEMM beside\n",
       kRounds);
-  printf("# %-44s %10s %9s %11s %9s %9s\n", "beside the GEMM", "beside", "slowdown", "min..max",
-         "vs nothing", "alone ms");
+  // "alone ms" / "beside ms": the kind's own duration with the GEMMs idle,
+  // and beside them (what the GEMM costs the traffic: a copy within one GPU
+  // runs on SMs and waits for the GEMM's waves, trap 74).
+  printf("# %-44s %10s %9s %11s %9s %9s %9s\n", "beside the GEMM", "beside", "slowdown", "min..max",
+         "vs nothing", "alone ms", "beside ms");
   for (size_t k = 0; k < kinds.size(); ++k) {
     const double m = median(tflops[k]);
     const auto [lo, hi] = std::minmax_element(ratios[k].begin(), ratios[k].end());
-    printf("  %-44s %10.1f %9.3f %5.3f..%5.3f %9.3f %9.2f\n", kinds[k].name, m, median(ratios[k]),
-           *lo, *hi, base / m, aloneMs[k]);
+    printf("  %-44s %10.1f %9.3f %5.3f..%5.3f %9.3f %9.2f %9.2f\n", kinds[k].name, m,
+           median(ratios[k]), *lo, *hi, base / m, aloneMs[k], median(besideMs[k]));
   }
   return 0;
 }
