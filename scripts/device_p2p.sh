@@ -780,14 +780,11 @@ for s in $stages; do
     done
     ;;
   overlap)
-    # A GEMM's slowdown beside 256 MiB alltoall and sendrecv, Ferry beside
-    # NCCL: OVERLAP_ITERS messages per window (40), OVERLAP_ROUNDS rounds
-    # (1; use 3), OVERLAP_MODES module loading (LAZY). Each window is
-    # bracketed by the same GEMMs alone (ferry_bench/overlap.h).
+    # A GEMM's slowdown beside 256 MiB of OVERLAP_OPS (alltoall,sendrecv),
+    # Ferry beside NCCL: OVERLAP_ITERS messages (40), OVERLAP_ROUNDS rounds
+    # (1; use 5), OVERLAP_MODES module loading (LAZY); ferry_bench/overlap.h.
     # OVERLAP_SETTINGS: ';'-separated env settings, one run each ("default":
-    # none; "control": ferry-bench --overlap-nothing, the GEMM windows with
-    # nothing beside them: the measurement's own bias), as P2PSWEEP.
-    # OVERLAP_OPS: ferry-bench's op list (alltoall,sendrecv).
+    # none; "control": --overlap-nothing, the measurement's own bias).
     stage overlap
     IFS=';' read -ra osettings <<<"${OVERLAP_SETTINGS:-default}"
     i=0
