@@ -126,6 +126,12 @@ void caseMany(const Ctx& ctx) {
   EXPECT_TRUE(eager ? first.fifo > 0 : first.fifo == 0,
               "a new communicator holds %llu bytes of collective FIFOs (eager %d)", first.fifo,
               eager ? 1 : 0);
+  // Every rank reads its holdings before any rank's first traffic: a peer
+  // that starts comm 0's ring first connects this rank's side of it too
+  // (its proxy answers), which once read as "a new communicator holds
+  // 561152 bytes" (CI, session 38).
+  std::vector<uint64_t> barrier(static_cast<size_t>(n), 0);
+  EXPECT_OK(ncclFerryBootstrapAllGather(world, barrier.data(), sizeof(uint64_t)));
   // Comm i: i % 4 == 0 or 2: point-to-point only; 1: a small all-reduce
   // too (LL); 3: a small and a large one (LL and Simple: above
   // FERRY_COLL_LL_MAX_BYTES' 1 MiB).
