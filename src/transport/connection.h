@@ -83,8 +83,9 @@ struct NetStats {
 };
 
 // " net links: window full 12.3 ms, not staged 40.1 ms; 128 chunks posted,
-// staged ahead avg 9.5 max 64" (causes with no time left out; staging
-// figures for sends only); empty when nothing was posted.
+// staged ahead avg 9.5 max 64; 8 messages, avg us: first chunk out 310.2,
+// wire 820.5, gap after the previous 95.0" (causes with no time left out;
+// staging figures for sends only); empty when nothing was posted.
 std::string describeNetStats(const NetStats& s, bool isSend);
 
 // What both directions share: the control block mapping and its registration.

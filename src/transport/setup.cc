@@ -219,15 +219,19 @@ std::string describeNetStats(const NetStats& s, bool isSend) {
   }
   const uint64_t msgs = s.messages.load(std::memory_order_relaxed);
   if (msgs > 0) {
-    const auto avgUs = [msgs](const std::atomic<uint64_t>& ns) {
-      return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e3 /
-             static_cast<double>(msgs);
+    const auto avgUs = [](const std::atomic<uint64_t>& ns, uint64_t n) {
+      return n == 0 ? 0.0
+                    : static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e3 /
+                          static_cast<double>(n);
     };
-    snprintf(part, sizeof(part), "; %llu messages, avg us: first chunk out %.1f, wire %.1f",
-             static_cast<unsigned long long>(msgs), avgUs(s.firstOutNs), avgUs(s.wireNs));
-    out += part;
-    snprintf(part, sizeof(part), ", gap after the previous %.1f", avgUs(s.gapNs));
-    out += part;
+    // Every message but the connection's first has a previous one.
+    char timeline[160];
+    snprintf(timeline, sizeof(timeline),
+             "; %llu messages, avg us: first chunk out %.1f, wire %.1f, gap after the "
+             "previous %.1f",
+             static_cast<unsigned long long>(msgs), avgUs(s.firstOutNs, msgs),
+             avgUs(s.wireNs, msgs), avgUs(s.gapNs, msgs - 1));
+    out += timeline;
   }
   return out;
 }
