@@ -84,15 +84,12 @@ int main(int argc, char** argv) {
     CHECK(cudaSetDevice(d));
     CHECK(cudaDeviceSynchronize());
   }
-  // byPeer: a stream of the other GPU that copies within the GEMM's GPU
-  // (over NVLink both ways: zero SMs on the GEMM's GPU if ferry-copy-sm
-  // finds it on a copy engine).
   // localHi: the same local copies on a stream of the greatest priority
   // (its blocks go first at each of the GEMM's wave ends: the traffic keeps
   // its speed, the GEMM pays; trap 74's other way out).
-  cudaStream_t byPeer, localHi;
-  CHECK(cudaSetDevice(peer));
-  CHECK(cudaStreamCreateWithFlags(&byPeer, cudaStreamNonBlocking));
+  // (A stream of the other GPU copying within the GEMM's GPU runs on SMs
+  // too: ferry-copy-sm, session 39.)
+  cudaStream_t localHi;
   CHECK(cudaSetDevice(me));
   CHECK(cudaStreamCreateWithFlags(&local, cudaStreamNonBlocking));
   int leastPriority = 0, greatestPriority = 0;
@@ -201,24 +198,50 @@ int main(int argc, char** argv) {
       localHalf(row, on);
     }
   };
-  // The local half copied by the other GPU's stream (src and dst on the
-  // GEMM's GPU), beside the pushes or alone.
-  auto localByPeer = [&] {
+  // The local half through the other GPU: copied out to a scratch buffer
+  // there and back, both copies peer copies issued on the GEMM's GPU
+  // (copy engines: ferry-copy-sm's "two peer copies"), pipelined over two
+  // scratch slots so that the way out and the way back overlap. Zero SMs on
+  // either GPU for three times an all-to-all's NVLink bytes (trap 74).
+  constexpr size_t kViaChunk = 16u << 20;
+  void* scratch[2];
+  cudaStream_t viaOut, viaBack;
+  cudaEvent_t outDone[2], backDone[2];
+  CHECK(cudaSetDevice(peer));
+  for (auto& p : scratch) CHECK(cudaMalloc(&p, kViaChunk));
+  CHECK(cudaSetDevice(me));
+  CHECK(cudaStreamCreateWithFlags(&viaOut, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&viaBack, cudaStreamNonBlocking));
+  for (int i = 0; i < 2; ++i) {
+    CHECK(cudaEventCreateWithFlags(&outDone[i], cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&backDone[i], cudaEventDisableTiming));
+  }
+  auto localViaPeer = [&] {
     const size_t half = bytes / 2;
-    CHECK(cudaSetDevice(peer));
-    CHECK(cudaMemcpyPeerAsync(static_cast<char*>(buf[me][1]) + half, me,
-                              static_cast<char*>(buf[me][0]) + half, me, half, byPeer));
-    CHECK(cudaSetDevice(me));
+    char* src = static_cast<char*>(buf[me][0]) + half;
+    char* dst = static_cast<char*>(buf[me][1]) + half;
+    for (size_t off = 0, c = 0; off < half; off += kViaChunk, ++c) {
+      const size_t n = std::min(kViaChunk, half - off);
+      const size_t slot = c % 2;
+      // The slot's previous way back must have read it before it is refilled.
+      if (c >= 2) CHECK(cudaStreamWaitEvent(viaOut, backDone[slot], 0));
+      CHECK(cudaMemcpyPeerAsync(scratch[slot], peer, src + off, me, n, viaOut));
+      CHECK(cudaEventRecord(outDone[slot], viaOut));
+      CHECK(cudaStreamWaitEvent(viaBack, outDone[slot], 0));
+      CHECK(cudaMemcpyPeerAsync(dst + off, me, scratch[slot], peer, n, viaBack));
+      CHECK(cudaEventRecord(backDone[slot], viaBack));
+    }
   };
-  auto allToAllByPeer = [&](bool pushes) {
+  auto pushes = [&] {
+    CHECK(cudaSetDevice(peer));
+    CHECK(cudaMemcpyPeerAsync(buf[me][1], me, buf[peer][0], peer, bytes / 2, copy[peer]));
+    CHECK(cudaSetDevice(me));
+    CHECK(cudaMemcpyPeerAsync(buf[peer][1], peer, buf[me][0], me, bytes / 2, copy[me]));
+  };
+  auto allToAllViaPeer = [&](bool withPushes) {
     for (int i = 0; i < iters; ++i) {
-      if (pushes) {
-        CHECK(cudaSetDevice(peer));
-        CHECK(cudaMemcpyPeerAsync(buf[me][1], me, buf[peer][0], peer, bytes / 2, copy[peer]));
-        CHECK(cudaSetDevice(me));
-        CHECK(cudaMemcpyPeerAsync(buf[peer][1], peer, buf[me][0], me, bytes / 2, copy[me]));
-      }
-      localByPeer();
+      if (withPushes) pushes();
+      localViaPeer();
     }
   };
   // The local half alone (no NVLink traffic): its own speed ("alone ms")
@@ -244,14 +267,14 @@ int main(int argc, char** argv) {
       {"all-to-all shape, local after the push", [&] { allToAll(1, copy[me]); }},
       {"all-to-all shape, local in 8 pieces", [&] { allToAll(8, copy[me]); }},
       {"all-to-all shape, local beside as 4 KiB rows", [&] { allToAllRows(4096, local); }},
-      {"all-to-all shape, local beside as 512 B rows", [&] { allToAllRows(512, local); }},
       {"all-to-all shape, local beside as 256 B rows", [&] { allToAllRows(256, local); }},
-      {"all-to-all shape, local beside as 128 B rows", [&] { allToAllRows(128, local); }},
-      {"all-to-all shape, local beside as a hinted batch", [&] { allToAllRows(kBatch, local); }},
-      {"all-to-all shape, local half by the other GPU's stream", [&] { allToAllByPeer(true); }},
-      {"all-to-all shape, local one copy, high priority", [&] { allToAllRows(0, localHi); }},
       {"all-to-all shape, local 4 KiB rows, high priority", [&] { allToAllRows(4096, localHi); }},
-      {"local half alone, by the other GPU's stream", [&] { allToAllByPeer(false); }},
+      {"all-to-all shape, pushes only (no local half)",
+       [&] {
+         for (int i = 0; i < iters; ++i) pushes();
+       }},
+      {"all-to-all shape, local half through the other GPU", [&] { allToAllViaPeer(true); }},
+      {"local half alone, through the other GPU", [&] { allToAllViaPeer(false); }},
       {"local half alone, one copy", [&] { localOnly(0); }},
       {"local half alone, hinted batch copy", [&] { localOnly(kBatch); }},
       {"local half alone, as 4 KiB rows", [&] { localOnly(4096); }},
@@ -265,18 +288,19 @@ int main(int argc, char** argv) {
        }},
   };
   // GemmLoop counts the GEMMs that run while its traffic stream is busy: the
-  // kinds' streams (both GPUs' copy streams, `local`, `byPeer`, `localHi`)
-  // join into it.
-  const cudaStream_t joinFrom[5] = {copy[0], copy[1], local, byPeer, localHi};
-  const int joinDevice[5] = {0, 1, me, peer, me};
-  cudaEvent_t joined[5];
-  for (int i = 0; i < 5; ++i) {
+  // kinds' streams (both GPUs' copy streams, `local`, `localHi`, `viaOut`,
+  // `viaBack`) join into it.
+  constexpr int kJoins = 6;
+  const cudaStream_t joinFrom[kJoins] = {copy[0], copy[1], local, localHi, viaOut, viaBack};
+  const int joinDevice[kJoins] = {0, 1, me, me, me, me};
+  cudaEvent_t joined[kJoins];
+  for (int i = 0; i < kJoins; ++i) {
     CHECK(cudaSetDevice(joinDevice[i]));
     CHECK(cudaEventCreateWithFlags(&joined[i], cudaEventDisableTiming));
   }
   CHECK(cudaSetDevice(me));
   auto joinInto = [&](cudaStream_t into) {
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < kJoins; ++i) {
       CHECK(cudaSetDevice(joinDevice[i]));
       CHECK(cudaEventRecord(joined[i], joinFrom[i]));
       CHECK(cudaSetDevice(me));

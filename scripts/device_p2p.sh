@@ -780,24 +780,27 @@ for s in $stages; do
     done
     ;;
   overlap)
-    # A GEMM's slowdown beside 256 MiB of OVERLAP_OPS (alltoall,sendrecv),
-    # Ferry beside NCCL: OVERLAP_ITERS messages (40), OVERLAP_ROUNDS rounds
-    # (1; use 5), OVERLAP_MODES module loading (LAZY); ferry_bench/overlap.h.
-    # OVERLAP_SETTINGS: ';'-separated env settings, one run each ("default":
-    # none; "control": --overlap-nothing, the measurement's own bias).
+    # A GEMM's slowdown beside OVERLAP_BYTES (a list; 256M) of OVERLAP_OPS
+    # (alltoall,sendrecv), Ferry beside NCCL: OVERLAP_ITERS messages (40),
+    # OVERLAP_ROUNDS rounds (1; use 5), OVERLAP_MODES module loading (LAZY);
+    # ferry_bench/overlap.h. OVERLAP_SETTINGS: ';'-separated env settings,
+    # one run each ("default": none; "control": --overlap-nothing, the
+    # measurement's own bias).
     stage overlap
     IFS=';' read -ra osettings <<<"${OVERLAP_SETTINGS:-default}"
     i=0
     for mode in ${OVERLAP_MODES:-LAZY}; do
+      for obytes in ${OVERLAP_BYTES:-256M}; do
       for setting in "${osettings[@]}"; do
         envs=""; [ "$setting" = default ] || [ "$setting" = control ] || envs=$setting
         how=--overlap; [ "$setting" = control ] && how=--overlap-nothing
         i=$((i + 1))
         env CUDA_MODULE_LOADING=$mode $envs timeout 150 $run --timeout 140 $b/bench/ferry-bench ${OVERLAP_OPS:-alltoall,sendrecv} \
-          -b 256M -e 256M --inplace no -w 2 -n ${OVERLAP_ITERS:-40} --rounds ${OVERLAP_ROUNDS:-1} \
+          -b $obytes -e $obytes --inplace no -w 2 -n ${OVERLAP_ITERS:-40} --rounds ${OVERLAP_ROUNDS:-1} \
           --lib $b/libnccl.so.2 --compare "$nccl" $how \
           >"$out/overlap-$mode-$i.txt" 2>&1
-        echo "overlap $mode $setting exit $?"; grep -v "^\[1\]" "$out/overlap-$mode-$i.txt" | tail -16
+        echo "overlap $mode $obytes $setting exit $?"; grep -v "^\[1\]" "$out/overlap-$mode-$i.txt" | tail -16
+      done
       done
     done
     ;;
