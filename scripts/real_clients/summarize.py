@@ -20,6 +20,7 @@ NVIDIA's NCCL the variants' settings (Ferry's) change nothing, so its
 column is the method's own noise.
 """
 import json
+import math
 import re
 import statistics
 import sys
@@ -221,6 +222,21 @@ def median_tables(runs):
             ok = k in med[a] and k in med[b] and med[b][k][0] > 0
             cells.append(f"{med[a][k][0] / med[b][k][0]:.2f}" if ok else "-")
         print(f"| {k[0]} {k[1]} | " + " | ".join(cells) + " |")
+    means = [pipe_geomean(med[a], med[b]) for a, b in pairs]
+    if any(means):
+        cells = [f"{g:.3f} ({n})" if n else "-" for g, n in means]
+        print("| pipe step_ms, geometric mean over schedules (count) | " + " | ".join(cells) + " |")
+
+
+def pipe_geomean(a, b):
+    """Issue 15's one number: the geometric mean over the schedules both
+    modes ran of (a's median step / b's), every schedule weighing the same
+    (a schedule run again in one process, pipe.NAME~2, and CLIENT_AB_ENV's
+    pipe.NAME+B variants left out); (None, 0) when none."""
+    logs = [math.log(a[k][0] / b[k][0]) for k in a
+            if k[1] == "step_ms" and re.fullmatch(r"pipe\.[A-Za-z0-9]+", k[0]) and k in b
+            and b[k][0] > 0 and a[k][0] > 0]
+    return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else (None, 0)
 
 
 def ab_table(runs):

@@ -64,6 +64,13 @@ bool overlapsOpposite(const P2pTask& t, const std::vector<P2pTask>& tasks);
 // Indices of `tasks` by peer distance ((peer - rank) mod nranks), then in
 // call order: the order in which a rank issues its copies (p2p_submit.cc).
 std::vector<size_t> rotatedOrder(const std::vector<P2pTask>& tasks, int rank, int nranks);
+// The pieces (offset, length) in which a cross-host send of `bytes` is
+// copied into its staging block, each followed by a `filled` write
+// (p2p_net.cc, stageNetSend): whole chunks of `chunkBytes`, the last one
+// short; one chunk each for the first four, then doubling up to 4 MiB or a
+// sixteenth of the message, so that a message of any size is a bounded
+// number of stream operations (NOTES.md trap 29). Empty for 0 bytes.
+std::vector<std::pair<uint64_t, uint64_t>> netStagePieces(uint64_t bytes, uint64_t chunkBytes);
 
 class P2pEngine {
  public:

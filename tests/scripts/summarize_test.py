@@ -1,7 +1,8 @@
 """Checks scripts/real_clients/summarize.py on made-up RESULT logs: a
 planned case without a result fails, an unplanned one is left out, and
 repeated modes (-r2, or the same tag in a second log) fold into medians
-whose Ferry/NCCL ratios are the ones computed here by hand, and runs made
+whose Ferry/NCCL ratios (and the pipelining schedules' geometric mean)
+are the ones computed here by hand, and runs made
 side by side (-paN beside -pbN) give the median of their per-run ratios,
 and CLIENT_AB_ENV's b_over_a values are listed per run and mode."""
 import contextlib
@@ -95,6 +96,26 @@ def main():
     runs = row(text, "| median over runs", "pipe.GPipe step_ms")
     expect(runs[0].endswith("(2)") and runs[1].endswith("(3)"),
            f"runs folded per mode: {runs} (expected nccl-lazy 2, ferry-lazy 3)")
+
+    # The pipelining verdict: the geometric mean of the per-schedule
+    # Ferry/NCCL median ratios, every base schedule once (pipe.NAME~2 and
+    # CLIENT_AB_ENV's pipe.NAME+B left out).
+    sched = {name: (rnd.uniform(5, 30), rnd.uniform(5, 30)) for name in ("GPipe", "1F1B", "DualPipeV")}
+    with tempfile.TemporaryDirectory() as d:
+        lines = []
+        for tag, pick in (("nccl-lazy", 1), ("ferry-lazy", 0), ("nccl-lazy-r2", 1), ("ferry-lazy-r2", 0)):
+            for name, vals in sched.items():
+                lines += [line(tag, f"pipe.{name}", k, step_ms=vals[pick]) for k in (0, 1)]
+            # Outliers that must not count: a repeat in one process and a variant.
+            lines += [line(tag, f"pipe.GPipe{suffix}", k, step_ms=1000.0 * (pick + 1))
+                      for suffix in ("~2", "+B") for k in (0, 1)]
+        _, text = run([write_log(d, "geomean.log", lines)])
+    prod = 1.0
+    for f, n in sched.values():
+        prod *= f / n
+    want = f"{prod ** (1 / 3):.3f} (3)"
+    cells = row(text, "| Ferry/NCCL time", "pipe step_ms, geometric mean over schedules (count)")
+    expect(cells == [want], f"pipe geometric mean {cells}, computed {want}")
 
     # Side-by-side runs: B's time over A's within each run, then the median
     # of those ratios (not the ratio of the medians), with its range.
