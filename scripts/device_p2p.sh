@@ -694,6 +694,8 @@ for s in $stages; do
     # (hand-off to helpers, helper done) for a few ops and sizes; logs
     # under $out/netlat-*.log, one per process. NETLAT_LEVEL=INFO keeps only
     # the socket helpers' statistics lines (written when a comm closes).
+    # With NETLAT_SUBSYS=PROXY (no helper lines: trap 46) scripts/
+    # net_timeline.py prints each process's per-message medians.
     stage netlat
     export NCCL_SOCKET_IFNAME=lo
     for oc in ${NETLAT_CASES:-sendrecv:4K alltoall:4K all_reduce:4K sendrecv:4M all_reduce:4M}; do
@@ -704,6 +706,9 @@ for s in $stages; do
         timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 50 \
         $b/bench/ferry-bench $op -b $size -e $size -w 10 -n 20 --inplace no --lib $b/libnccl.so.2 >"$out/netlat-$op-$size.txt" 2>&1
       echo "$op $size: exit $? $(grep -E "^\[0\] +[0-9]+ +[0-9]+ +[a-z0-9]+ +" "$out/netlat-$op-$size.txt" | awk '{print $7 " us"}')"
+      # Per-message medians from the proxy's chunk lines (PROXY subsystem):
+      # wire, staging spread, turnaround after the previous receive.
+      python3 "$src/scripts/net_timeline.py" --skip 10 "$out"/netlat-$op-$size.*.log 2>&1 | sed 's/^/    /'
     done
     ;;
   collnet)
