@@ -44,6 +44,15 @@
     "size, all busy, waits for one to free while the network keeps taking the connection's "     \
     "chunks, and pins another once this long plus 250 us per MiB of the message passed with "    \
     "none taken (0: never wait).")                                                               \
+  X(NetStagingMax, "FERRY_NET_STAGING_MAX_BYTES", Int, "4G",                                      \
+    "Point-to-point across hosts: soft cap on a communicator's pinned send staging. Past it, a "  \
+    "send that would pin another block first waits up to FERRY_NET_STAGING_CAP_WAIT_MS for its " \
+    "connection's oldest busy block, whether the network moves or not (the sender's own busy "   \
+    "stream may hold it back), then pins one anyway (WARN once). 0: no cap.")                     \
+  X(NetStagingCapWaitMs, "FERRY_NET_STAGING_CAP_WAIT_MS", Int, "1000",                            \
+    "How long a send across hosts waits past FERRY_NET_STAGING_MAX_BYTES before pinning another " \
+    "block anyway: a bound, so that a sender whose blocks free only after its own later calls "  \
+    "never hangs.")                                                                              \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
     "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
     "them without sleeping, yielding the CPU between passes, until this many us pass with "     \

@@ -120,6 +120,10 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   e->stagingCapWaitNs_ =
       std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pStagingWait)) * 1000000;
   e->stagingWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingWaitUs)) * 1000;
+  e->netStagingMax_ =
+      static_cast<uint64_t>(std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingMax)));
+  e->netStagingCapWaitNs_ =
+      std::max<int64_t>(0, ctx.params->getInt(ParamId::NetStagingCapWaitMs)) * 1000000;
   FERRY_CHECK(netChunkBytes(*ctx.params, &e->netChunk_));
   e->netGdr_ = ctx.params->getInt(ParamId::NetGdr) != 0;
   // Every Ferry kernel is loaded now, so none is ever loaded lazily while a

@@ -159,6 +159,9 @@ class P2pEngine {
   [[nodiscard]] Status drainNetRecv(const P2pTask& t, NetOp& op);
   // FERRY_NET_GDR: points op at the user's buffer when it can go direct.
   void chooseNetDirect(const P2pTask& t, ConnectionBase& conn, NetOp& op);
+  // Adds a send connection's staging growth to netSendStaging_; WARN once
+  // past FERRY_NET_STAGING_MAX_BYTES.
+  void noteNetSendStaging(uint64_t grew, int peer);
   void failNetConnection(ConnectionBase& conn, Status s);
   [[nodiscard]] Status userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value);
   [[nodiscard]] static Status netChunkBytes(const Params& params, uint64_t* chunk);
@@ -251,11 +254,15 @@ class P2pEngine {
   uint64_t stagingMaxBytes_ = 0;   // FERRY_P2P_STAGING_MAX_BYTES
   int64_t stagingCapWaitNs_ = 0;   // FERRY_P2P_STAGING_WAIT_MS
   bool warnedStagingCap_ = false;
-  CpuProfile* profile_ = nullptr;            // the communicator's (FERRY_PROFILE)
-  std::unique_ptr<Stepped> stepped_;         // launchStep's launch in progress
-  uint64_t netChunk_ = 0;                    // FERRY_NET_CHUNK_BYTES
-  bool netGdr_ = false;                      // FERRY_NET_GDR
-  int64_t stagingWaitNs_ = 0;                // FERRY_NET_STAGING_WAIT_US
+  CpuProfile* profile_ = nullptr;     // the communicator's (FERRY_PROFILE)
+  std::unique_ptr<Stepped> stepped_;  // launchStep's launch in progress
+  uint64_t netChunk_ = 0;             // FERRY_NET_CHUNK_BYTES
+  bool netGdr_ = false;               // FERRY_NET_GDR
+  int64_t stagingWaitNs_ = 0;         // FERRY_NET_STAGING_WAIT_US
+  uint64_t netStagingMax_ = 0;        // FERRY_NET_STAGING_MAX_BYTES (0: none)
+  int64_t netStagingCapWaitNs_ = 0;   // FERRY_NET_STAGING_CAP_WAIT_MS
+  uint64_t netSendStaging_ = 0;       // pinned by the Net send connections
+  bool warnedNetStagingCap_ = false;
   std::unique_ptr<StagingPool> devicePool_;  // P2P connections
   std::unique_ptr<StagingPool> hostPool_;    // SHM connections
   bool shutDown_ = false;

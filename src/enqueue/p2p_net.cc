@@ -170,16 +170,42 @@ Status P2pEngine::prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t se
   // its blocks (at >= 4 GB/s), and pinning a block costs about that too.
   wait.ns = stagingWaitNs_ > 0 ? stagingWaitNs_ + static_cast<int64_t>(t.bytes >> 20) * 250000 : 0;
   wait.abort = abortFlag_;
+  if (t.isSend && netStagingMax_ > 0) {
+    wait.capRoom = netStagingMax_ > netSendStaging_ ? netStagingMax_ - netSendStaging_ : 0;
+    wait.capWaitNs = netStagingCapWaitNs_;
+  }
   const uint64_t last = op->chunks() - 1;
   const uint64_t staged = op->direct != nullptr ? op->chunkSize(last) : t.bytes;
+  const uint64_t before = conn->netBuffers->stagingBytes();
   FERRY_CHECK(conn->netBuffers->take(staged + kNetTrailerBytes, seq, wait, &op->data, &op->mhandles,
                                      &op->blockBytes, &op->reuseAfter));
   if (!t.isSend) return ncclSuccess;
+  noteNetSendStaging(conn->netBuffers->stagingBytes() - before, t.peer);
   // The trailer (net_progress.h) goes right after the bytes; the block is
   // free, so the CPU writes it now.
   const uint64_t trailer = t.bytes ^ kNetTrailerMagic;
   memcpy(op->chunkAt(last) + op->chunkSize(last), &trailer, sizeof(trailer));
   return ncclSuccess;
+}
+
+// Blocks are kept for reuse, so the pinned total only grows. Past the cap
+// it grows only after the cap wait ran out, or where no wait could help (a
+// message larger than every block, or whose oldest busy block belongs to
+// this same launch): said once, with what to do.
+void P2pEngine::noteNetSendStaging(uint64_t grew, int peer) {
+  netSendStaging_ += grew;
+  if (grew == 0 || netStagingMax_ == 0 || netSendStaging_ <= netStagingMax_ ||
+      warnedNetStagingCap_) {
+    return;
+  }
+  warnedNetStagingCap_ = true;
+  FERRY_WARN(
+      "send staging across hosts passes FERRY_NET_STAGING_MAX_BYTES=%llu (%llu bytes pinned; "
+      "a send to peer %d found no block free within FERRY_NET_STAGING_CAP_WAIT_MS, or none it "
+      "could wait for): this rank issues sends far ahead of what its stream and the network "
+      "move; synchronize more often, or raise the cap or the wait",
+      static_cast<unsigned long long>(netStagingMax_),
+      static_cast<unsigned long long>(netSendStaging_), peer);
 }
 
 void P2pEngine::chooseNetDirect(const P2pTask& t, ConnectionBase& conn, NetOp& op) {

@@ -92,20 +92,21 @@ Status NetBuffers::allocate(uint64_t bytes, Region* out) {
   return ncclSuccess;
 }
 
-bool NetBuffers::waitSent(uint64_t target, const SendWait& wait) const {
+bool NetBuffers::waitSent(uint64_t target, int64_t ns, bool whileMoving,
+                          const std::atomic<bool>* abort) const {
   // `taken` only tells progress (no data depends on it): any load will do.
   uint64_t seen = words_->taken.load();
   const int64_t start = steadyNowNs();
-  int64_t deadline = start + wait.ns;
+  int64_t deadline = start + ns;
   // Acquire (the load): the engine is done with the block once `sent`
   // passed its message.
   while (words_->sent.load() < target) {
-    if (wait.abort != nullptr && wait.abort->load(std::memory_order_acquire)) return false;
+    if (abort != nullptr && abort->load(std::memory_order_acquire)) return false;
     const uint64_t now = words_->taken.load();
     const int64_t t = steadyNowNs();
-    if (now != seen) {  // the network took a chunk: it moves, keep waiting
+    if (whileMoving && now != seen) {  // the network took a chunk: it moves, keep waiting
       seen = now;
-      deadline = t + wait.ns;
+      deadline = t + ns;
     } else if (t > deadline) {
       return false;
     }
@@ -119,6 +120,18 @@ bool NetBuffers::waitSent(uint64_t target, const SendWait& wait) const {
     }
   }
   return true;
+}
+
+uint64_t NetBuffers::blockSizeFor(uint64_t bytes) {
+  // Powers of two from 1 MiB to 64 MiB, then multiples of 64 MiB (plus a
+  // line for the trailer a message of exactly such a size adds): sizes
+  // recur, so blocks get reused, and a huge message does not double its
+  // pinned memory.
+  constexpr uint64_t kStep = uint64_t{64} << 20;
+  uint64_t size = uint64_t{1} << 20;
+  while (size < kStep && size + 64 < bytes) size <<= 1;
+  if (size + 64 < bytes) size = (bytes - 64 + kStep - 1) / kStep * kStep;
+  return size + 64;
 }
 
 Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
@@ -146,26 +159,25 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
     best = firstToFree;
     *reuseAfter = best->busyUntil;
   }
-  if (best == nullptr && isSend_ && fitting >= kSendBlocksPerSize && wait.ns > 0 &&
-      firstToFree->busyUntil <= wait.posted && waitSent(firstToFree->busyUntil, wait)) {
+  // Only a block whose message the proxy has can be waited for: the
+  // network alone frees it.
+  const bool canWait = isSend_ && firstToFree != nullptr && firstToFree->busyUntil <= wait.posted;
+  if (best == nullptr && canWait && fitting >= kSendBlocksPerSize && wait.ns > 0 &&
+      waitSent(firstToFree->busyUntil, wait.ns, true, wait.abort)) {
+    best = firstToFree;
+  }
+  const uint64_t newSize = blockSizeFor(bytes);
+  if (best == nullptr && canWait && newSize > wait.capRoom && wait.capWaitNs > 0 &&
+      waitSent(firstToFree->busyUntil, wait.capWaitNs, false, wait.abort)) {
     best = firstToFree;
   }
   if (best == nullptr) {
-    // Powers of two from 1 MiB to 64 MiB, then multiples of 64 MiB (plus
-    // a line for the trailer a message of exactly such a size adds):
-    // sizes recur, so blocks get reused, and a huge message does not
-    // double its pinned memory.
-    constexpr uint64_t kStep = uint64_t{64} << 20;
-    uint64_t size = uint64_t{1} << 20;
-    while (size < kStep && size + 64 < bytes) size <<= 1;
-    if (size + 64 < bytes) size = (bytes - 64 + kStep - 1) / kStep * kStep;
-    size += 64;
     Region r;
-    FERRY_CHECK(allocate(size, &r));
-    stagingBytes_ += size;
+    FERRY_CHECK(allocate(newSize, &r));
+    stagingBytes_ += newSize;
     FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: %s staging grew by %llu bytes to %llu",
                links_[0]->engine->name(), isSend_ ? "send" : "receive",
-               static_cast<unsigned long long>(size),
+               static_cast<unsigned long long>(newSize),
                static_cast<unsigned long long>(stagingBytes_));
     blocks_.push_back(std::move(r));
     best = &blocks_.back();

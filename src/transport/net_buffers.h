@@ -74,11 +74,25 @@ class NetBuffers {
   // (trap 41; a fixed 2 ms bound ran out behind every message longer than
   // that, ~10 MiB at 5 GB/s), and a sender whose earlier messages cannot
   // move (their receiver is not there yet) still waits only wait.ns.
+  //
+  // Past the communicator's cap (capRoom: what its send staging may still
+  // grow by; FERRY_NET_STAGING_MAX_BYTES), a send that would pin a new block
+  // first waits up to capWaitNs for the busy block that frees first,
+  // whether the network moves meanwhile or not (its own busy stream may be
+  // what holds the chunks back: trap 73), and pins one only after that:
+  // a bound, never a hang (a block may free only after this thread's
+  // later calls). Such a wait needs a busy block that fits whose message
+  // is the proxy's already.
   struct SendWait {
     uint64_t posted = 0;  // messages of the connection handed to the proxy
     int64_t ns = 0;
     const std::atomic<bool>* abort = nullptr;
+    uint64_t capRoom = UINT64_MAX;
+    int64_t capWaitNs = 0;
   };
+  // The block take() pins for a message of `bytes` (staged bytes plus the
+  // trailer) when none is free.
+  static uint64_t blockSizeFor(uint64_t bytes);
   // *mhandles: the block's registration on each link (by link index).
   [[nodiscard]] Status take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
                             NetMhandles* mhandles, uint64_t* size, uint64_t* reuseAfter);
@@ -105,9 +119,11 @@ class NetBuffers {
   [[nodiscard]] Status allocate(uint64_t bytes, Region* out);
   // Deregisters each link's handle of one range (null ones skipped).
   void deregister(NetMhandles& mhandles);
-  // Waits for `sent` to reach `target`; false when wait.ns passed with no
-  // chunk taken, or on abort.
-  bool waitSent(uint64_t target, const SendWait& wait) const;
+  // Waits for `sent` to reach `target`; false on abort, or when `ns` passed
+  // (with no chunk taken meanwhile, if whileMoving: each one taken restarts
+  // the bound).
+  bool waitSent(uint64_t target, int64_t ns, bool whileMoving,
+                const std::atomic<bool>* abort) const;
 
   rt::Runtime* runtime_;
   std::vector<NetLink*> links_;

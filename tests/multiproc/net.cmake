@@ -75,6 +75,10 @@ ferry_net_p2p_test(net.p2p.senddepth.paced.2x1 2 1 senddepth
 # past the fourth pins a block; every byte is still right (the staging is
 # printed: the cost of never waiting on the own stream).
 ferry_net_p2p_test(net.p2p.senddepth.busy.2x1 2 1 senddepthbusy)
+# The same under a 9 MiB cap (four blocks of 2 MiB fit, a fifth does not):
+# the fifth send waits for the late receiver instead of pinning more.
+ferry_net_p2p_test(net.p2p.senddepth.capped.2x1 2 1 senddepthbusy
+  "FERRY_NET_STAGING_MAX_BYTES=9M;FERRY_TEST_STAGING_CAP_BYTES=9437184")
 ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)

@@ -193,8 +193,11 @@ void caseSendDepth(World& w) {
 // issues k sends behind it. No staging copy can run, so the network takes
 // nothing, and each send beyond the fourth gives up its bounded wait and
 // pins another block (waiting on its own stream instead could deadlock:
-// trap 2's kind). Every byte is checked; the staging is printed, not
-// bounded: this measures the cost of that choice.
+// trap 2's kind). Every byte is checked and the staging printed. With
+// FERRY_TEST_STAGING_CAP_BYTES (the test's FERRY_NET_STAGING_MAX_BYTES, in
+// bytes) the sends past the cap wait for the oldest block instead, so the
+// staging stays under the cap (plus the late receive's one block) and the
+// sends take about as long as the receiver is late.
 void caseSendDepthBusy(World& w) {
   if (w.nranks != 2 || !onOtherHost(0, 1)) return;  // the network path only
   const int peer = w.rank ^ 1;
@@ -239,6 +242,12 @@ void caseSendDepthBusy(World& w) {
         "senddepth busy: %d sends of %zu bytes behind a busy stream, issued in %.1f ms: "
         "%llu bytes of send staging (%.1f blocks of the size)\n",
         k, bytes, issueMs, staging, static_cast<double>(staging) / (2.0 * (1 << 20)));
+    if (const char* cap = getenv("FERRY_TEST_STAGING_CAP_BYTES")) {
+      const unsigned long long bound = strtoull(cap, nullptr, 10) + (2ull << 20);
+      EXPECT_TRUE(staging <= bound, "%llu bytes of staging past the cap's bound %llu", staging,
+                  bound);
+      EXPECT_TRUE(issueMs >= 200, "the sends past the cap did not wait (%.1f ms)", issueMs);
+    }
   }
   EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
 }
