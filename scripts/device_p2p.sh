@@ -7,7 +7,7 @@
 #           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
-#           wincoll copysm netgap
+#           wincoll copysm netgap netturn
 set -uo pipefail
 src=$1
 shift
@@ -175,6 +175,12 @@ for s in $stages; do
     kill $smi 2>/dev/null
     awk -F', ' '$1==0 {split($2,c," "); split($3,p," "); n++; cs+=c[1]; ps+=p[1]; if (c[1]<cm||cm==0) cm=c[1]; if (p[1]>pm) pm=p[1]}
       END {printf "GPU0 sm clock avg %.0f min %.0f MHz, power avg %.0f max %.0f W (%d samples)\n", cs/n, cm, ps/n, pm, n}' "$out/smi.log"
+    ;;
+  netturn)
+    # The GPU's share of a cross-host exchange's turnaround (issue 17):
+    # ferry-net-turnaround at 1 MiB (the default chunk) and 256 KiB.
+    stage netturn
+    for sz in 1048576 262144; do timeout 60 $b/bench/ferry-net-turnaround $sz 200; done 2>&1 | tee "$out/netturn.txt"
     ;;
   copysm)
     # Which copies run on SMs rather than copy engines (trap 71).
