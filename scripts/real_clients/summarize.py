@@ -223,7 +223,7 @@ def median_tables(runs):
             cells.append(f"{med[a][k][0] / med[b][k][0]:.2f}" if ok else "-")
         print(f"| {k[0]} {k[1]} | " + " | ".join(cells) + " |")
     means = [pipe_geomean(med[a], med[b]) for a, b in pairs]
-    if any(means):
+    if any(n for _, n in means):
         cells = [f"{g:.3f} ({n})" if n else "-" for g, n in means]
         print("| pipe step_ms, geometric mean over schedules (count) | " + " | ".join(cells) + " |")
 

@@ -116,6 +116,13 @@ def main():
     want = f"{prod ** (1 / 3):.3f} (3)"
     cells = row(text, "| Ferry/NCCL time", "pipe step_ms, geometric mean over schedules (count)")
     expect(cells == [want], f"pipe geometric mean {cells}, computed {want}")
+    # Repeated modes without any pipelining case: no geometric-mean row.
+    with tempfile.TemporaryDirectory() as d:
+        lines = [line(tag, "a2a", k, median_ms=rnd.uniform(0.5, 1.0))
+                 for tag in ("nccl-lazy", "ferry-lazy", "nccl-lazy-r2", "ferry-lazy-r2") for k in (0, 1)]
+        _, text = run([write_log(d, "nopipe.log", lines)])
+    expect("a2a median_ms" in text and "geometric mean" not in text,
+           f"a geometric-mean row without pipelining cases:\n{text}")
 
     # Side-by-side runs: B's time over A's within each run, then the median
     # of those ratios (not the ratio of the medians), with its range.
