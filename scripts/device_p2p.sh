@@ -5,7 +5,7 @@
 # Usage: scripts/device_p2p.sh SRC_DIR [stages...]
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
-#           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone netoverlap netsweep netlat collnet memory kernelnet
+#           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone tcpprobe netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
 #           wincoll copysm netgap netturn
 set -uo pipefail
@@ -590,6 +590,17 @@ for s in $stages; do
     echo "netone bench exit $?"; grep -v "^\[1\]" "$out/netone-bench.txt" | tail -34
     grep -h "via NET\|Duplicate\|WARN" "$out/netone-bench.txt" | head -4
     timeout 60 python3 "$src/scripts/tcp_probe.py" 1 4 2>&1 | tee "$out/netone-tcp.txt"
+    ;;
+  tcpprobe)
+    # The raw loopback TCP ceiling in the shapes the socket transport uses:
+    # each ';'-separated entry of TCP_PROBES is one tcp_probe.py command line
+    # (default: 4 streams one way; 16 each way, the default layout of two
+    # links x 4 threads x 2 sockets, with buffers of 4, 64 and 256 MiB).
+    stage tcpprobe
+    IFS=';' read -ra probes <<<"${TCP_PROBES:-4;--both 16;--both --span 64 16;--both --span 256 16}"
+    for p in "${probes[@]}"; do
+      timeout 120 python3 "$src/scripts/tcp_probe.py" $p 2>&1
+    done | tee "$out/tcpprobe.txt"
     ;;
   netgap)
     # Issue 17's lead (bench/RESULTS.md session 37): across two emulated hosts

@@ -33,6 +33,17 @@ int channelsFor(uint64_t bytes, uint64_t perChannel, int available) {
   return want < static_cast<uint64_t>(available) ? static_cast<int>(want) : available;
 }
 
+// Across hosts (2x H200 as two emulated hosts, sockets on loopback, session
+// 40, bench/RESULTS.md): with 8 channels a 1 MiB all-reduce took 550-620 us
+// and 4 channels 280-330 (each hop 64 KiB: messages that small ride the
+// control socket, moved by the one proxy thread); at 4-16 MiB 4 channels
+// beat 8 by 5-15% and 2 lost by 20-40%; from 64 MiB 8 were as good or up
+// to 5% better. So: each channel's hop message at least kNetHopMinBytes,
+// at most kNetMidChannels channels below kNetWideBytes.
+constexpr uint64_t kNetHopMinBytes = 128 << 10;
+constexpr int kNetMidChannels = 4;
+constexpr uint64_t kNetWideBytes = uint64_t{64} << 20;
+
 // The protocol name at [b, e), lower-cased.
 std::string lowered(const std::string& text, size_t b, size_t e) {
   std::string s = text.substr(b, e - b);
@@ -78,6 +89,15 @@ Status planP2p(const std::vector<P2pTask>& tasks, const RingResources& ring, uin
 }
 
 }  // namespace
+
+int simpleCollChannels(uint64_t bytes, int nranks, bool acrossHosts, int available) {
+  if (!acrossHosts) return channelsFor(bytes, 64 << 10, available);
+  const uint64_t ranks = static_cast<uint64_t>(nranks > 1 ? nranks : 1);
+  const int cap = bytes < kNetWideBytes ? std::min(available, kNetMidChannels) : available;
+  const uint64_t want = bytes / (ranks * kNetHopMinBytes);
+  if (want < 1) return 1;
+  return want < static_cast<uint64_t>(cap) ? static_cast<int>(want) : std::max(cap, 1);
+}
 
 Status parseProtocols(const std::string& text, bool* ll, bool* simple) {
   *ll = true;
@@ -154,6 +174,7 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
     e->llMaxBytes_ = UINT64_MAX;
   }
   e->llChannelBytes_ = llChannel > 0 ? static_cast<uint64_t>(llChannel) : 1;
+  e->acrossHosts_ = ctx.topology->nHosts > 1;
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   e->ctx_ = ctx;
@@ -330,8 +351,9 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
   a->nslots = ring.nslots;
   a->count = copy ? t.count * elt : t.count;
   a->slotBytes = a->proto == algo::kProtoLL ? ring.llSlotBytes : ring.slotBytes;
-  a->nchannels =
-      channelsFor(bytes, a->proto == algo::kProtoLL ? llChannelBytes_ : 64 << 10, ring.nchannels);
+  a->nchannels = a->proto == algo::kProtoLL
+                     ? channelsFor(bytes, llChannelBytes_, ring.nchannels)
+                     : simpleCollChannels(bytes, ring.nranks, acrossHosts_, ring.nchannels);
   if (a->proto == algo::kProtoLL) {
     // One thread per LL line of a step, in whole warps, at most 256: bigger
     // blocks cost ~1.3 us per launch on H200 (measured: a 4 KiB all-reduce

@@ -68,6 +68,14 @@ struct CollTask {
 // Simple is left.
 [[nodiscard]] Status parseProtocols(const std::string& text, bool* ll, bool* simple);
 
+// Channels of one Simple-protocol collective of `bytes` (the whole size, as
+// the protocol choice counts it) on a ring of `nranks`, at most `available`:
+// one per 64 KiB on one host. On a ring that crosses hosts each channel's
+// hop is a network message per step (bytes / (nranks x channels)): fewer,
+// larger ones there (see the constants in coll_engine.cc). A pure function
+// of uniform inputs, so every rank picks the same number.
+int simpleCollChannels(uint64_t bytes, int nranks, bool acrossHosts, int available);
+
 class CollEngine {
  public:
   ~CollEngine();
@@ -203,6 +211,7 @@ class CollEngine {
   uint64_t p2pLlMaxBytes_ = 0;                 // kernel p2p LL limit (0: none)
   uint64_t llMaxBytes_ = 0;                    // FERRY_COLL_LL_MAX_BYTES
   uint64_t llChannelBytes_ = 1;                // FERRY_COLL_LL_CHANNEL_BYTES (>= 1)
+  bool acrossHosts_ = false;                   // the communicator spans hosts
   std::vector<UserOp> ops_;
   // The previous launch: its stream handle and an event recorded after it
   // (null until the first launch outside graph capture).

@@ -92,6 +92,10 @@ ferry_coll_hosts_test(coll.hosts.matrix.4x2 8 4 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.2x1 2 2 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
   "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=3")
+# The full matrix's large count (2^20 + 3 elements): across hosts a
+# collective takes several channels only once each hop carries >= 128 KiB
+# (coll_engine.cc simpleCollChannels), which the quick matrix never reaches.
+ferry_coll_hosts_test(coll.hosts.matrix.full.2x1 2 2 matrix)
 # Both protocols cross hosts (Simple only by default there): every size
 # through LL with its smallest FIFO (2 slots of 1 KiB: constant wraparound
 # of the lines across the network) over an odd number of channels; LL
