@@ -7,7 +7,7 @@
 #           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone tcpprobe netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
-#           wincoll copysm netgap netturn
+#           wincoll copysm netgap netturn netturnload
 set -uo pipefail
 src=$1
 shift
@@ -181,6 +181,23 @@ for s in $stages; do
     # ferry-net-turnaround at 1 MiB (the default chunk) and 256 KiB.
     stage netturn
     for sz in 1048576 262144; do timeout 60 $b/bench/ferry-net-turnaround $sz 200; done 2>&1 | tee "$out/netturn.txt"
+    ;;
+  netturnload)
+    # Trap 75's first guess: does the GPU's share of the turnaround grow
+    # while loopback TCP moves 16 streams each way (as the transport does
+    # during an exchange)? ferry-net-turnaround alone, then beside
+    # tcp_probe.py (8 GiB a stream: ~6 s at 20 GB/s; started first, given
+    # 2 s to ramp up), then alone again.
+    stage netturnload
+    {
+      timeout 60 $b/bench/ferry-net-turnaround 1048576 200
+      timeout 120 python3 "$src/scripts/tcp_probe.py" --gib 8 --both 16 &
+      sleep 2
+      echo "# beside loopback TCP, 16 streams each way"
+      timeout 60 $b/bench/ferry-net-turnaround 1048576 200
+      wait
+      timeout 60 $b/bench/ferry-net-turnaround 1048576 200
+    } 2>&1 | tee "$out/netturnload.txt"
     ;;
   copysm)
     # Which copies run on SMs rather than copy engines (trap 71).

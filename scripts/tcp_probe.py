@@ -2,11 +2,13 @@
 """Raw loopback TCP throughput with N parallel streams (the ceiling that
 issue 17 compares the socket transport against): one sender process per
 stream and one receiver process per stream, 1 GiB per stream in 4 MiB writes.
-Usage: tcp_probe.py [--span MiB] [--rspan MiB] [--both] N [N...]
+Usage: tcp_probe.py [--span MiB] [--rspan MiB] [--gib G] [--both] N [N...]
   --span: each side cycles through a buffer of this many MiB (default 4: the
           bytes stay in the CPU caches; a large span reads and writes memory,
           as a transport staging whole messages does)
   --rspan: the receivers' buffer instead (default: --span)
+  --gib: GiB per stream (default 1; more keeps the load up for longer, e.g.
+          beside another probe)
   --both: N streams each way at once (sendrecv's pattern); GB/s per direction"""
 import multiprocessing as mp
 import socket
@@ -71,6 +73,10 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     both = "--both" in args
     args = [a for a in args if a != "--both"]
+    if "--gib" in args:
+        i = args.index("--gib")
+        TOTAL = max(1, int(args[i + 1])) << 30
+        del args[i:i + 2]
     for flag in ("--span", "--rspan"):
         if flag in args:
             i = args.index(flag)
