@@ -38,9 +38,9 @@ int channelsFor(uint64_t bytes, uint64_t perChannel, int available) {
 // and 4 channels 280-330 (each hop 64 KiB: messages that small ride the
 // control socket, moved by the one proxy thread); at 4-16 MiB 4 channels
 // beat 8 by 5-15% and 2 lost by 20-40%; from 64 MiB 8 were as good or up
-// to 5% better. So: each channel's hop message at least kNetHopMinBytes,
-// at most kNetMidChannels channels below kNetWideBytes.
-constexpr uint64_t kNetHopMinBytes = 128 << 10;
+// to 5% better. So: each channel's hop message at least
+// FERRY_COLL_NET_HOP_BYTES (128K), at most kNetMidChannels channels below
+// kNetWideBytes.
 constexpr int kNetMidChannels = 4;
 constexpr uint64_t kNetWideBytes = uint64_t{64} << 20;
 
@@ -90,11 +90,11 @@ Status planP2p(const std::vector<P2pTask>& tasks, const RingResources& ring, uin
 
 }  // namespace
 
-int simpleCollChannels(uint64_t bytes, int nranks, bool acrossHosts, int available) {
-  if (!acrossHosts) return channelsFor(bytes, 64 << 10, available);
+int simpleCollChannels(uint64_t bytes, int nranks, uint64_t netHopBytes, int available) {
+  if (netHopBytes == 0) return channelsFor(bytes, 64 << 10, available);
   const uint64_t ranks = static_cast<uint64_t>(nranks > 1 ? nranks : 1);
   const int cap = bytes < kNetWideBytes ? std::min(available, kNetMidChannels) : available;
-  const uint64_t want = bytes / (ranks * kNetHopMinBytes);
+  const uint64_t want = bytes / (ranks * netHopBytes);
   if (want < 1) return 1;
   return want < static_cast<uint64_t>(cap) ? static_cast<int>(want) : std::max(cap, 1);
 }
@@ -149,19 +149,17 @@ void CollEngine::hopFailed(int peer, const std::string& why) {
   if (onFailure_) onFailure_(peer, why);
 }
 
-Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::string>& peerProxies,
-                          std::unique_ptr<CollEngine>* out) {
-  std::unique_ptr<CollEngine> e(new CollEngine());
-  e->runtime_ = ctx.runtime;
-  e->rank_ = ctx.topology->myRank;
+// Timeouts, protocol limits and channel rules from the knobs; true when
+// NCCL_PROTO excludes LL.
+bool CollEngine::readTuning(const RingSetupContext& ctx) {
   int64_t t = ctx.params->getInt(ParamId::CollTimeout);
-  e->timeoutNs_ = t > 0 ? t * 1000000000LL : 0;
+  timeoutNs_ = t > 0 ? t * 1000000000LL : 0;
   // Kernel p2p waits for a peer like the SM-free path does: FERRY_P2P_TIMEOUT.
   int64_t p = ctx.params->getInt(ParamId::P2pTimeout);
-  e->p2pTimeoutNs_ = p > 0 ? p * 1000000000LL : 0;
+  p2pTimeoutNs_ = p > 0 ? p * 1000000000LL : 0;
   const int64_t llMax = ctx.params->getInt(ParamId::CollLlMaxBytes);
   const int64_t llChannel = ctx.params->getInt(ParamId::CollLlChannelBytes);
-  e->llMaxBytes_ = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
+  llMaxBytes_ = llMax > 0 ? static_cast<uint64_t>(llMax) : 0;
   bool ll = true;
   bool simple = true;
   const std::string& proto = ctx.params->getString(ParamId::Proto);
@@ -169,12 +167,28 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
   if (!parsed) {
     FERRY_WARN("NCCL_PROTO=%s ignored: collectives choose LL or Simple by size", proto.c_str());
   } else if (!ll) {
-    e->llMaxBytes_ = 0;
+    llMaxBytes_ = 0;
   } else if (!simple) {
-    e->llMaxBytes_ = UINT64_MAX;
+    llMaxBytes_ = UINT64_MAX;
   }
-  e->llChannelBytes_ = llChannel > 0 ? static_cast<uint64_t>(llChannel) : 1;
-  e->acrossHosts_ = ctx.topology->nHosts > 1;
+  llChannelBytes_ = llChannel > 0 ? static_cast<uint64_t>(llChannel) : 1;
+  const int64_t hop = ctx.params->getInt(ParamId::CollNetHopBytes);
+  if (hop < 0 || hop > (int64_t{1} << 30)) {
+    FERRY_WARN("FERRY_COLL_NET_HOP_BYTES=%ld out of range [0, 1G]; using 128K",
+               static_cast<long>(hop));
+  }
+  const uint64_t hopBytes =
+      hop < 0 || hop > (int64_t{1} << 30) ? 128 << 10 : static_cast<uint64_t>(hop);
+  netHopBytes_ = ctx.topology->nHosts > 1 ? hopBytes : 0;
+  return parsed && !ll;
+}
+
+Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::string>& peerProxies,
+                          std::unique_ptr<CollEngine>* out) {
+  std::unique_ptr<CollEngine> e(new CollEngine());
+  e->runtime_ = ctx.runtime;
+  e->rank_ = ctx.topology->myRank;
+  const bool llExcluded = e->readTuning(ctx);
   FERRY_CHECK(ctx.runtime->allocHost(sizeof(uint64_t), &e->abortWord_));
   memset(e->abortWord_->ptr(), 0, sizeof(uint64_t));
   e->ctx_ = ctx;
@@ -254,7 +268,6 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
       ctx.params->isSet(ParamId::P2pLlMaxBytes) || !ctx.params->isSet(ParamId::P2pLlThreshold);
   const int64_t p2pLl =
       ctx.params->getInt(ferryLl ? ParamId::P2pLlMaxBytes : ParamId::P2pLlThreshold);
-  const bool llExcluded = parsed && !ll;
   // Kernel p2p's lanes across hosts carry the FIFO protocol only (the hops
   // of the ring's LL follow a tail its kernel posts; the p2p kernel's LL
   // posts none).
@@ -353,7 +366,7 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
   a->slotBytes = a->proto == algo::kProtoLL ? ring.llSlotBytes : ring.slotBytes;
   a->nchannels = a->proto == algo::kProtoLL
                      ? channelsFor(bytes, llChannelBytes_, ring.nchannels)
-                     : simpleCollChannels(bytes, ring.nranks, acrossHosts_, ring.nchannels);
+                     : simpleCollChannels(bytes, ring.nranks, netHopBytes_, ring.nchannels);
   if (a->proto == algo::kProtoLL) {
     // One thread per LL line of a step, in whole warps, at most 256: bigger
     // blocks cost ~1.3 us per launch on H200 (measured: a 4 KiB all-reduce

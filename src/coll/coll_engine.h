@@ -70,11 +70,12 @@ struct CollTask {
 
 // Channels of one Simple-protocol collective of `bytes` (the whole size, as
 // the protocol choice counts it) on a ring of `nranks`, at most `available`:
-// one per 64 KiB on one host. On a ring that crosses hosts each channel's
-// hop is a network message per step (bytes / (nranks x channels)): fewer,
-// larger ones there (see the constants in coll_engine.cc). A pure function
-// of uniform inputs, so every rank picks the same number.
-int simpleCollChannels(uint64_t bytes, int nranks, bool acrossHosts, int available);
+// one per 64 KiB on one host, or with netHopBytes 0. On a ring that crosses
+// hosts each channel's hop is a network message per step (bytes / (nranks x
+// channels)): as many channels as keep it >= netHopBytes
+// (FERRY_COLL_NET_HOP_BYTES), at most 4 below 64 MiB (coll_engine.cc says
+// why). A pure function of uniform inputs, so every rank picks the same.
+int simpleCollChannels(uint64_t bytes, int nranks, uint64_t netHopBytes, int available);
 
 class CollEngine {
  public:
@@ -186,6 +187,7 @@ class CollEngine {
   [[nodiscard]] Status copyStaged(const StagedSend& c, void* mainHandle, rt::Stream& main);
 
   void hopFailed(int peer, const std::string& why);
+  bool readTuning(const RingSetupContext& ctx);
   [[nodiscard]] Status waitKernels(int64_t timeoutMs);
 
   rt::Runtime* runtime_ = nullptr;
@@ -211,7 +213,7 @@ class CollEngine {
   uint64_t p2pLlMaxBytes_ = 0;                 // kernel p2p LL limit (0: none)
   uint64_t llMaxBytes_ = 0;                    // FERRY_COLL_LL_MAX_BYTES
   uint64_t llChannelBytes_ = 1;                // FERRY_COLL_LL_CHANNEL_BYTES (>= 1)
-  bool acrossHosts_ = false;                   // the communicator spans hosts
+  uint64_t netHopBytes_ = 0;                   // FERRY_COLL_NET_HOP_BYTES; 0 on one host
   std::vector<UserOp> ops_;
   // The previous launch: its stream handle and an event recorded after it
   // (null until the first launch outside graph capture).

@@ -42,6 +42,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollLlMaxBytes,
     ParamId::CollNetLlMaxBytes,
     ParamId::CollLlChannelBytes,
+    ParamId::CollNetHopBytes,
     ParamId::NetChunkBytes,
     ParamId::NetLinks,
     ParamId::RuntimeConnect,

@@ -101,6 +101,11 @@ TEST(AgreedKnobs, DifferentValueOrExplicitDefaultIsRefusedByName) {
   AgreedKnobs simple = collectAgreedKnobs(Params::fromValues({{"NCCL_PROTO", "Simple"}}));
   EXPECT_EQ(compareAgreedKnobs(ll, 0, simple, 1), ncclInvalidUsage);
   EXPECT_NE(lastWarning().find("NCCL_PROTO differs"), std::string::npos) << lastWarning();
+  // Ranks that pick different channel counts across hosts would hang.
+  AgreedKnobs hop = collectAgreedKnobs(Params::fromValues({{"FERRY_COLL_NET_HOP_BYTES", "256K"}}));
+  EXPECT_EQ(compareAgreedKnobs(none, 0, hop, 1), ncclInvalidUsage);
+  EXPECT_NE(lastWarning().find("FERRY_COLL_NET_HOP_BYTES differs"), std::string::npos)
+      << lastWarning();
 }
 
 TEST(Log, LevelAndSubsysParsing) {
