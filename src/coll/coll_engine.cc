@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "coll/host_kernel.h"
+#include "net/net_registry.h"
 #include "transport/net_setup.h"
 #include "core/log.h"
 #include "runtime/device_scope.h"
@@ -183,6 +184,40 @@ bool CollEngine::readTuning(const RingSetupContext& ctx) {
   return parsed && !ll;
 }
 
+// A communicator spanning hosts: its network engine, LL's limit and the
+// channel rule there.
+Status CollEngine::readNetTuning(const RingSetupContext& ctx) {
+  // A ring across hosts needs a network engine (every rank of such a
+  // communicator has peers on other hosts, so every rank asks).
+  net::NetEngine* engine = nullptr;
+  FERRY_CHECK(netEngineFor(ctx, &engine));
+  ringPossible_ = engine != nullptr;
+  // The hop rule was measured on the built-in sockets, whose small
+  // messages go through the proxy thread; a plugin (IB, EFA: often one
+  // NIC per channel) keeps one channel per 64 KiB. Every rank of a
+  // working communicator runs the same engine (they could not connect
+  // otherwise), so the choice agrees.
+  if (engine == nullptr || !processNetEngineIsBuiltIn()) netHopBytes_ = 0;
+  // LL crosses hosts (coll/ring_net.h) but loses there to Simple at every
+  // size measured (2x H200 as two emulated hosts, session 30: all-reduce
+  // 64 KiB 264-272 vs 68-76 us, 1 MiB 1478-1504 vs 490-627): the proxy
+  // round trip per step is paid either way, and LL doubles the bytes and
+  // the messages. Unless NCCL_PROTO leaves only LL, it is used across
+  // hosts up to FERRY_COLL_NET_LL_MAX_BYTES (default 0: never).
+  if (llMaxBytes_ != UINT64_MAX) {
+    const int64_t netLl = ctx.params->getInt(ParamId::CollNetLlMaxBytes);
+    const uint64_t cap = netLl > 0 ? static_cast<uint64_t>(netLl) : 0;
+    if (llMaxBytes_ > cap) {
+      llMaxBytes_ = cap;
+      FERRY_INFO(kLogInit | kLogColl,
+                 "collectives: ring across hosts: LL up to %llu bytes, Simple above "
+                 "(FERRY_COLL_NET_LL_MAX_BYTES)",
+                 static_cast<unsigned long long>(cap));
+    }
+  }
+  return ncclSuccess;
+}
+
 Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::string>& peerProxies,
                           std::unique_ptr<CollEngine>* out) {
   std::unique_ptr<CollEngine> e(new CollEngine());
@@ -225,30 +260,7 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
     e->proxy_->addRingHops(raw, std::move(hops),
                            [raw](int peer, const std::string& why) { raw->hopFailed(peer, why); });
   }
-  if (ctx.topology->nHosts > 1) {
-    // A ring across hosts needs a network engine (every rank of such a
-    // communicator has peers on other hosts, so every rank asks).
-    net::NetEngine* engine = nullptr;
-    FERRY_CHECK(netEngineFor(ctx, &engine));
-    e->ringPossible_ = engine != nullptr;
-    // LL crosses hosts (coll/ring_net.h) but loses there to Simple at every
-    // size measured (2x H200 as two emulated hosts, session 30: all-reduce
-    // 64 KiB 264-272 vs 68-76 us, 1 MiB 1478-1504 vs 490-627): the proxy
-    // round trip per step is paid either way, and LL doubles the bytes and
-    // the messages. Unless NCCL_PROTO leaves only LL, it is used across
-    // hosts up to FERRY_COLL_NET_LL_MAX_BYTES (default 0: never).
-    if (e->llMaxBytes_ != UINT64_MAX) {
-      const int64_t netLl = ctx.params->getInt(ParamId::CollNetLlMaxBytes);
-      const uint64_t cap = netLl > 0 ? static_cast<uint64_t>(netLl) : 0;
-      if (e->llMaxBytes_ > cap) {
-        e->llMaxBytes_ = cap;
-        FERRY_INFO(kLogInit | kLogColl,
-                   "collectives: ring across hosts: LL up to %llu bytes, Simple above "
-                   "(FERRY_COLL_NET_LL_MAX_BYTES)",
-                   static_cast<unsigned long long>(cap));
-      }
-    }
-  }
+  if (ctx.topology->nHosts > 1) FERRY_CHECK(e->readNetTuning(ctx));
   if (!runtimeConnect || sameProcessPeers) {
     if (sameProcessPeers) {
       FERRY_INFO(kLogInit | kLogColl, "collectives: rings made at init (ranks in one process)");

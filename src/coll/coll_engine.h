@@ -188,6 +188,7 @@ class CollEngine {
 
   void hopFailed(int peer, const std::string& why);
   bool readTuning(const RingSetupContext& ctx);
+  [[nodiscard]] Status readNetTuning(const RingSetupContext& ctx);
   [[nodiscard]] Status waitKernels(int64_t timeoutMs);
 
   rt::Runtime* runtime_ = nullptr;

@@ -201,10 +201,11 @@
     "(faster across hosts at every size on 2x H200, session 30). NCCL_PROTO=LL forces LL.")      \
   X(CollLlChannelBytes, "FERRY_COLL_LL_CHANNEL_BYTES", Int, "4K",                                 \
     "An LL collective takes one channel per this many bytes (at least 1, at most all).")          \
-  X(CollNetHopBytes, "FERRY_COLL_NET_HOP_BYTES", Int, "128K",                                    \
-    "On a communicator spanning hosts: a FIFO-protocol collective takes as many channels as "    \
-    "keep each hop's network message (bytes / (ranks x channels)) at least this large, at most " \
-    "4 below 64 MiB; 0: one channel per 64 KiB, as on one host.")                              \
+  X(CollNetHopBytes, "FERRY_COLL_NET_HOP_BYTES", Int, "128K",                                     \
+    "On a communicator spanning hosts over the built-in sockets (not a net plugin): a FIFO-"      \
+    "protocol collective takes as many channels as keep each hop's network message (bytes / "     \
+    "(ranks x channels)) at least this large, at most 4 below 64 MiB; 0: one channel per 64 "     \
+    "KiB, as on one host.")                                                                       \
   X(RuntimeConnect, "NCCL_RUNTIME_CONNECT", Int, "1",                                             \
     "1: a communicator's collective ring (its FIFOs, most of its memory) is set up by its first " \
     "collective, and kernel p2p's connection to a peer by the first kernel send/recv with it "   \

@@ -98,6 +98,8 @@ struct Registry {
   std::unique_ptr<net::NetEngine> engine;  // guarded by mu; set once
   // processNetTransportName's answer; points at a string that is never freed.
   std::atomic<const char*> transportName{"NET"};
+  // processNetEngineIsBuiltIn's answer: the engine is the built-in sockets.
+  std::atomic<bool> builtIn{false};
 };
 
 Registry& registry() {
@@ -171,12 +173,19 @@ Status processNetEngine(const Params& params, net::NetEngine** out) {
   FERRY_CHECK(engine->devices(&count));
   FERRY_INFO(kLogNet | kLogInit, "NET/%s : using %s, %d device%s:%s", engine->name(), where.c_str(),
              count, count == 1 ? "" : "s", describeDevices(*engine, count).c_str());
+  // Release: pairs with processNetEngineIsBuiltIn's acquire (a reader that
+  // got the engine from this registry sees its kind).
+  r.builtIn.store(net::netPluginVersion(*engine) == 0, std::memory_order_release);
   r.engine = std::make_unique<SerializedNetEngine>(std::move(engine));
   // Never freed, as the engine (registry() says why).
   const auto* name = new std::string("NET/" + std::string(r.engine->name()));
   r.transportName.store(name->c_str(), std::memory_order_release);
   *out = r.engine.get();
   return ncclSuccess;
+}
+
+bool processNetEngineIsBuiltIn() {
+  return registry().builtIn.load(std::memory_order_acquire);
 }
 
 const char* processNetTransportName() {

@@ -28,6 +28,10 @@ namespace ferry {
 // ends and is never destroyed (net_registry.cc says why).
 [[nodiscard]] Status processNetEngine(const Params& params, net::NetEngine** out);
 
+// Whether the engine processNetEngine gave out is the built-in sockets (not a
+// net plugin); false before it gave one out.
+bool processNetEngineIsBuiltIn();
+
 // "NET/<engine name>" (e.g. "NET/Socket") once the engine exists, else "NET".
 // The text stays valid for the life of the process.
 const char* processNetTransportName();

@@ -96,6 +96,11 @@ ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
 # collective takes several channels only once each hop carries >= 128 KiB
 # (coll_engine.cc simpleCollChannels), which the quick matrix never reaches.
 ferry_coll_hosts_test(coll.hosts.matrix.full.2x1 2 2 matrix)
+# The same through a net plugin (the test tree's own): rings across hosts
+# over a plugin keep one channel per 64 KiB (the hop rule is the built-in
+# sockets'), so this also runs the older channel counts across hosts.
+ferry_coll_hosts_test(coll.hosts.matrix.plugin.2x1 2 2 matrix
+  "NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
 # Both protocols cross hosts (Simple only by default there): every size
 # through LL with its smallest FIFO (2 slots of 1 KiB: constant wraparound
 # of the lines across the network) over an odd number of channels; LL
