@@ -150,8 +150,8 @@ void CollEngine::hopFailed(int peer, const std::string& why) {
   if (onFailure_) onFailure_(peer, why);
 }
 
-// Timeouts, protocol limits and channel rules from the knobs; true when
-// NCCL_PROTO excludes LL.
+// Timeouts and protocol limits from the knobs; true when NCCL_PROTO
+// excludes LL.
 bool CollEngine::readTuning(const RingSetupContext& ctx) {
   int64_t t = ctx.params->getInt(ParamId::CollTimeout);
   timeoutNs_ = t > 0 ? t * 1000000000LL : 0;
@@ -173,14 +173,6 @@ bool CollEngine::readTuning(const RingSetupContext& ctx) {
     llMaxBytes_ = UINT64_MAX;
   }
   llChannelBytes_ = llChannel > 0 ? static_cast<uint64_t>(llChannel) : 1;
-  const int64_t hop = ctx.params->getInt(ParamId::CollNetHopBytes);
-  if (hop < 0 || hop > (int64_t{1} << 30)) {
-    FERRY_WARN("FERRY_COLL_NET_HOP_BYTES=%ld out of range [0, 1G]; using 128K",
-               static_cast<long>(hop));
-  }
-  const uint64_t hopBytes =
-      hop < 0 || hop > (int64_t{1} << 30) ? 128 << 10 : static_cast<uint64_t>(hop);
-  netHopBytes_ = ctx.topology->nHosts > 1 ? hopBytes : 0;
   return parsed && !ll;
 }
 
@@ -197,7 +189,15 @@ Status CollEngine::readNetTuning(const RingSetupContext& ctx) {
   // NIC per channel) keeps one channel per 64 KiB. Every rank of a
   // working communicator runs the same engine (they could not connect
   // otherwise), so the choice agrees.
-  if (engine == nullptr || !processNetEngineIsBuiltIn()) netHopBytes_ = 0;
+  const int64_t hop = ctx.params->getInt(ParamId::CollNetHopBytes);
+  const bool inRange = hop >= 0 && hop <= (int64_t{1} << 30);
+  if (!inRange) {
+    FERRY_WARN("FERRY_COLL_NET_HOP_BYTES=%ld out of range [0, 1G]; using 128K",
+               static_cast<long>(hop));
+  }
+  if (engine != nullptr && processNetEngineIsBuiltIn()) {
+    netHopBytes_ = inRange ? static_cast<uint64_t>(hop) : uint64_t{128} << 10;
+  }
   // LL crosses hosts (coll/ring_net.h) but loses there to Simple at every
   // size measured (2x H200 as two emulated hosts, session 30: all-reduce
   // 64 KiB 264-272 vs 68-76 us, 1 MiB 1478-1504 vs 490-627): the proxy

@@ -214,7 +214,7 @@ class CollEngine {
   uint64_t p2pLlMaxBytes_ = 0;                 // kernel p2p LL limit (0: none)
   uint64_t llMaxBytes_ = 0;                    // FERRY_COLL_LL_MAX_BYTES
   uint64_t llChannelBytes_ = 1;                // FERRY_COLL_LL_CHANNEL_BYTES (>= 1)
-  uint64_t netHopBytes_ = 0;                   // FERRY_COLL_NET_HOP_BYTES; 0 on one host
+  uint64_t netHopBytes_ = 0;                   // FERRY_COLL_NET_HOP_BYTES; 0: the one-host rule
   std::vector<UserOp> ops_;
   // The previous launch: its stream handle and an event recorded after it
   // (null until the first launch outside graph capture).
