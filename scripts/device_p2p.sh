@@ -668,14 +668,17 @@ for s in $stages; do
     # network path (compare with netone/collnet's NCCL numbers).
     stage netsweep
     export NCCL_SOCKET_IFNAME=lo
+    # Each setting's whole output stays in netsweep-N.txt (INFO profiles).
     IFS=';' read -ra settings <<<"${NETSWEEP:-default}"
+    i=0
     for setting in "${settings[@]}"; do
       envs=""; [ "$setting" = default ] || envs=$setting
+      i=$((i + 1))
       env $envs timeout 120 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 110 \
         $b/bench/ferry-bench ${NETSWEEP_OPS:-sendrecv,alltoall,all_reduce} -b ${NET_MIN:-4K} -e ${NET_MAX:-256M} \
-        -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 >"$out/netsweep.txt" 2>&1
+        -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 >"$out/netsweep-$i.txt" 2>&1
       echo "--- $setting: exit $?"
-      grep -E "^\[0\] +[0-9]" "$out/netsweep.txt" | awk '{printf "%s %s %s | ", $2, $7, $9} END {print ""}'
+      grep -E "^\[0\] +[0-9]" "$out/netsweep-$i.txt" | awk '{printf "%s %s %s | ", $2, $7, $9} END {print ""}'
     done 2>&1 | tee "$out/netsweep-summary.txt"
     ;;
   p2psweep)
