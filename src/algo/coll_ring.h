@@ -22,8 +22,8 @@
 //                     publish recvHead = k + 1 (release, after the reads).
 //
 // Loop structure (as in NCCL's ring kernels): the buffer is walked in rounds;
-// in each round every channel owns nranks chunks of at most nslots/2 steps'
-// payload, and every primitive moves one chunk (<= nslots/2 slots) so that
+// in each round every channel owns nranks chunks of at most chunkElts
+// elements, and every primitive moves one chunk (<= nslots/2 slots) so that
 // a full round can never wedge the FIFOs: each position sends at most half a
 // FIFO before it must receive.
 //
@@ -129,9 +129,7 @@ struct CollArgs {
                        // of 16; LL: of 32). The struct's size is kept as small
                        // as before LL existed: the kernels sit at 128 registers
                        // and a larger argument block made ptxas spill.
-  uint64_t stepBytes;  // FIFO protocol: bytes a slot carries per step (0: the whole
-                       // slot). Across hosts less than a slot, so that a step's
-                       // slots pipeline over the network (one message each).
+  uint64_t chunkElts;  // max elements per chunk per channel (0 = derive)
   uint64_t count;      // elements (per rank for all-gather/reduce-scatter)
   const void* sendbuff;
   void* recvbuff;
@@ -184,18 +182,6 @@ FERRY_HD inline uint64_t sliceEltsFor(uint64_t slotBytes, uint32_t eltBytes) {
   return n / a * a;
 }
 
-// Elements a FIFO-protocol slot carries per step: a.stepBytes' worth where
-// that is set and smaller than the slot (at least one alignment unit),
-// else the whole slot. The slots keep their stride (slotBytes) either way:
-// a ring hop across hosts addresses slot k at k % nslots x slotBytes.
-FERRY_HD inline uint64_t stepEltsFor(uint64_t stepBytes, uint64_t slotBytes, uint32_t eltBytes) {
-  const uint64_t whole = sliceEltsFor(slotBytes, eltBytes);
-  if (stepBytes == 0 || stepBytes >= slotBytes) return whole;
-  const uint64_t n = sliceEltsFor(stepBytes, eltBytes);
-  const uint64_t a = alignElts(eltBytes);
-  return n < a ? (a < whole ? a : whole) : n;
-}
-
 // The primitives of one channel: each moves `n` elements in slot-sized steps.
 // What a primitive does (RingPrims/LlPrims::run).
 enum PrimBits : uint32_t { kRecv = 1, kSend = 2, kFinal = 4 };
@@ -229,19 +215,15 @@ template <class P, class T, class Op>
 class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
  public:
   using Elt = T;
-  // `strideElts`: a slot's size (sliceEltsFor(slotBytes)); `stepElts`:
-  // what a step puts in a slot (stepEltsFor; at most strideElts).
   FERRY_HD RingPrims(typename P::Ctx& ctx, const RingChannel& ch, const Op& op, uint32_t nslots,
-                     uint64_t strideElts, uint64_t stepElts)
+                     uint64_t sliceElts)
       : ctx_(ctx),
         ch_{ch.recvFifo, ch.sendFifo,  ch.recvTail, ch.sendTail, ch.sendHead,
             ch.recvHead, ch.sendSizes, ch.sendStep, ch.recvStep},
         op_(op),
         nslots_(nslots),
-        strideElts_(strideElts),
-        sliceElts_(stepElts < strideElts ? stepElts : strideElts) {}
+        sliceElts_(sliceElts) {}
 
-  // Elements per step (what the schedule's chunks are made of).
   FERRY_HD uint64_t sliceElts() const { return sliceElts_; }
   // One rank, or the root's local part: out = post(pre(in)).
   FERRY_HD void localCopy(const T* in, T* out, uint64_t n, bool reduction) {
@@ -259,7 +241,7 @@ class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
  private:
   friend class PrimOps<RingPrims, T>;
   FERRY_HD T* slot(char* fifo, uint64_t step) const {
-    return reinterpret_cast<T*>(fifo + (step % nslots_) * (strideElts_ * sizeof(T)));
+    return reinterpret_cast<T*>(fifo + (step % nslots_) * (sliceElts_ * sizeof(T)));
   }
   // Out of line: the ring schedule calls it from many places.
   // `what`: kRecv, kSend, kFinal bits (one argument: fewer call registers).
@@ -317,15 +299,13 @@ class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
   Ends ch_;
   Op op_;
   uint32_t nslots_;
-  uint64_t strideElts_;
   uint64_t sliceElts_;
 };
 
-// Elements of one chunk per channel per round: half the FIFO's slots, a
-// step's payload each.
+// Elements of one chunk per channel per round: half the FIFO, aligned.
 FERRY_HD inline uint64_t roundChunkElts(const CollArgs& a, uint64_t sliceElts) {
-  const uint64_t c = sliceElts * (a.nslots / 2);
-  return c < sliceElts ? sliceElts : c;
+  uint64_t c = a.chunkElts != 0 ? a.chunkElts : sliceElts * (a.nslots / 2);
+  return c < sliceElts ? sliceElts : c / sliceElts * sliceElts;
 }
 
 // Runs channel `h` of the collective with `prims` (RingPrims or LlPrims);

@@ -132,8 +132,7 @@ FERRY_HD bool runP2pBlock(typename P::Ctx& ctx, const Args& a, int b) {
   const P2pTaskArg& first = a.tasks[blk.begin];
   RingChannel& ch = a.peerChannels[static_cast<uint32_t>(first.peer) * a.lanes + blk.lane];
   Op op{};
-  const uint64_t stride = sliceEltsFor(a.slotBytes, 1);
-  RingPrims<P, int8_t, Op> prims(ctx, ch, op, a.nslots, stride, stride);
+  RingPrims<P, int8_t, Op> prims(ctx, ch, op, a.nslots, sliceEltsFor(a.slotBytes, 1));
   LlPrims<P, int8_t, Op> ll(ctx, ch, op, a.llSlots, a.llSlotBytes);
   bool ok = true;
   for (int i = blk.begin; ok && i < blk.end; ++i) {

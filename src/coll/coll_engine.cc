@@ -100,15 +100,6 @@ int simpleCollChannels(uint64_t bytes, int nranks, uint64_t netHopBytes, int ava
   return want < static_cast<uint64_t>(cap) ? static_cast<int>(want) : std::max(cap, 1);
 }
 
-uint64_t simpleNetStepBytes(uint64_t stepBytes, int slices, uint64_t netHopBytes,
-                            uint64_t slotBytes) {
-  if (slices <= 1 || netHopBytes == 0) return 0;
-  const uint64_t floor = algo::roundUp(netHopBytes, 16);
-  const uint64_t want =
-      std::max(algo::roundUp(algo::ceilDiv(stepBytes, static_cast<uint64_t>(slices)), 16), floor);
-  return want < slotBytes ? want : 0;
-}
-
 Status parseProtocols(const std::string& text, bool* ll, bool* simple) {
   *ll = true;
   *simple = true;
@@ -204,15 +195,8 @@ Status CollEngine::readNetTuning(const RingSetupContext& ctx) {
     FERRY_WARN("FERRY_COLL_NET_HOP_BYTES=%ld out of range [0, 1G]; using 128K",
                static_cast<long>(hop));
   }
-  const int64_t slices = ctx.params->getInt(ParamId::CollNetSlices);
-  const bool slicesOk = slices >= 1 && slices <= 16;
-  if (!slicesOk) {
-    FERRY_WARN("FERRY_COLL_NET_SLICES=%ld out of range [1, 16]; using 1",
-               static_cast<long>(slices));
-  }
   if (engine != nullptr && processNetEngineIsBuiltIn()) {
     netHopBytes_ = inRange ? static_cast<uint64_t>(hop) : uint64_t{128} << 10;
-    netSlices_ = slicesOk ? static_cast<int>(slices) : 1;
   }
   // LL crosses hosts (coll/ring_net.h) but loses there to Simple at every
   // size measured (2x H200 as two emulated hosts, session 30: all-reduce
@@ -395,15 +379,6 @@ Status CollEngine::fillArgs(const CollTask& t, algo::CollArgs* a, int* kernelTyp
   a->nchannels = a->proto == algo::kProtoLL
                      ? channelsFor(bytes, llChannelBytes_, ring.nchannels)
                      : simpleCollChannels(bytes, ring.nranks, netHopBytes_, ring.nchannels);
-  if (a->proto == algo::kProtoSimple) {
-    // A step's payload per channel: a rank's block of the channel's piece,
-    // or the whole piece for the pipelines (broadcast, reduce).
-    const bool pipeline = t.coll == algo::kCollBroadcast || t.coll == algo::kCollReduce;
-    const uint64_t parts =
-        static_cast<uint64_t>(a->nchannels) * (pipeline ? 1 : static_cast<uint64_t>(ring.nranks));
-    a->stepBytes =
-        simpleNetStepBytes(algo::ceilDiv(bytes, parts), netSlices_, netHopBytes_, ring.slotBytes);
-  }
   if (a->proto == algo::kProtoLL) {
     // One thread per LL line of a step, in whole warps, at most 256: bigger
     // blocks cost ~1.3 us per launch on H200 (measured: a 4 KiB all-reduce

@@ -76,14 +76,6 @@ struct CollTask {
 // (FERRY_COLL_NET_HOP_BYTES), at most 4 below 64 MiB (coll_engine.cc says
 // why). A pure function of uniform inputs, so every rank picks the same.
 int simpleCollChannels(uint64_t bytes, int nranks, uint64_t netHopBytes, int available);
-// Across hosts (built-in sockets): the bytes a FIFO-protocol slot carries
-// per step (CollArgs::stepBytes) when a step of `stepBytes` per channel is
-// cut into `slices` network messages of at least `netHopBytes` each, so
-// that a ring step's messages pipeline (a whole step in one message waits
-// for all of it at every hop); 0 (the whole slot) when that is no smaller
-// than `slotBytes`, or slices <= 1 or netHopBytes == 0. A multiple of 16.
-uint64_t simpleNetStepBytes(uint64_t stepBytes, int slices, uint64_t netHopBytes,
-                            uint64_t slotBytes);
 
 class CollEngine {
  public:
@@ -223,7 +215,6 @@ class CollEngine {
   uint64_t llMaxBytes_ = 0;                    // FERRY_COLL_LL_MAX_BYTES
   uint64_t llChannelBytes_ = 1;                // FERRY_COLL_LL_CHANNEL_BYTES (>= 1)
   uint64_t netHopBytes_ = 0;                   // FERRY_COLL_NET_HOP_BYTES; 0: the one-host rule
-  int netSlices_ = 1;                          // FERRY_COLL_NET_SLICES (with netHopBytes_ only)
   std::vector<UserOp> ops_;
   // The previous launch: its stream handle and an event recorded after it
   // (null until the first launch outside graph capture).

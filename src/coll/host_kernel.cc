@@ -168,9 +168,8 @@ int runTyped(const algo::CollArgs& a) {
       ok = algo::runRingChannel(prims, a, h);
       prims.saveTo(&ch);
     } else {
-      algo::RingPrims<HostPlatform, T, Op> prims(
-          ctx, ch, op, a.nslots, algo::sliceEltsFor(a.slotBytes, sizeof(T)),
-          algo::stepEltsFor(a.stepBytes, a.slotBytes, sizeof(T)));
+      algo::RingPrims<HostPlatform, T, Op> prims(ctx, ch, op, a.nslots,
+                                                 algo::sliceEltsFor(a.slotBytes, sizeof(T)));
       ok = algo::runRingChannel(prims, a, h);
       prims.saveTo(&ch);
     }

@@ -43,7 +43,6 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollNetLlMaxBytes,
     ParamId::CollLlChannelBytes,
     ParamId::CollNetHopBytes,
-    ParamId::CollNetSlices,
     ParamId::NetChunkBytes,
     ParamId::NetLinks,
     ParamId::RuntimeConnect,

@@ -206,10 +206,6 @@
     "protocol collective takes as many channels as keep each hop's network message (bytes / "     \
     "(ranks x channels)) at least this large, at most 4 below 64 MiB; 0: one channel per 64 "     \
     "KiB, as on one host.")                                                                       \
-  X(CollNetSlices, "FERRY_COLL_NET_SLICES", Int, "1",                                            \
-    "With FERRY_COLL_NET_HOP_BYTES's rule: a FIFO-protocol collective's ring step travels in "    \
-    "this many network messages per channel (each at least FERRY_COLL_NET_HOP_BYTES, at most a " \
-    "slot), so that the hops of a step pipeline; 1: one message a step (1..16).")               \
   X(RuntimeConnect, "NCCL_RUNTIME_CONNECT", Int, "1",                                             \
     "1: a communicator's collective ring (its FIFOs, most of its memory) is set up by its first " \
     "collective, and kernel p2p's connection to a peer by the first kernel send/recv with it "   \

@@ -25,19 +25,6 @@
 
 namespace ferry::device {
 
-// The protocol's primitives for one channel (LL: its slot size; FIFO: the
-// slot stride and each step's payload, algo::stepEltsFor).
-template <class Prims, class T, int kProto, class Op>
-__device__ Prims makePrims(DevicePlatform::Ctx& ctx, const algo::RingChannel& channel, const Op& op,
-                           const algo::CollArgs& args) {
-  if constexpr (kProto == algo::kProtoLL) {
-    return Prims(ctx, channel, op, args.nslots, args.slotBytes);
-  } else {
-    return Prims(ctx, channel, op, args.nslots, algo::sliceEltsFor(args.slotBytes, sizeof(T)),
-                 algo::stepEltsFor(args.stepBytes, args.slotBytes, sizeof(T)));
-  }
-}
-
 // One kernel per protocol: each path gets its own register allocation
 // (together in one kernel they spilled).
 template <class T, int kFn, int kProto>
@@ -56,7 +43,9 @@ __global__ void __launch_bounds__(kCollKernelThreads, 1) collKernel(algo::CollAr
   DevicePlatform::Ctx ctx = DevicePlatform::makeCtx(args, h);
   using Prims = std::conditional_t<kProto == algo::kProtoLL, algo::LlPrims<DevicePlatform, T, Op>,
                                    algo::RingPrims<DevicePlatform, T, Op>>;
-  Prims prims = makePrims<Prims, T, kProto>(ctx, channel, op, args);
+  Prims prims(
+      ctx, channel, op, args.nslots,
+      kProto == algo::kProtoLL ? args.slotBytes : algo::sliceEltsFor(args.slotBytes, sizeof(T)));
   if (!algo::runRingChannel(prims, args, h)) {
     // Every thread got false from the same wait; thread 0 knows why.
     if (threadIdx.x == 0 && ctx.failure == coll::kWaitTimedOut) __trap();

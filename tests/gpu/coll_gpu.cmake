@@ -41,10 +41,6 @@ ferry_gpu_coll_hosts_test(gpu.coll.hosts.matrix matrix_quick)
 ferry_gpu_coll_hosts_test(gpu.coll.hosts.matrix.ll matrix_quick
                           "FERRY_COLL_LL_MAX_BYTES=1G;FERRY_COLL_NET_LL_MAX_BYTES=1G")
 ferry_gpu_coll_hosts_test(gpu.coll.hosts.mixed.ll mixed FERRY_COLL_NET_LL_MAX_BYTES=16K)
-# Ring steps cut into several network messages (FERRY_COLL_NET_SLICES):
-# the kernel fills the front of each slot, the hop ships what it wrote.
-ferry_gpu_coll_hosts_test(gpu.coll.hosts.matrix.sliced matrix_quick
-                          "FERRY_COLL_NET_SLICES=4;FERRY_COLL_NET_HOP_BYTES=1K")
 
 # CUDA graph capture and replay of collectives + kernel-p2p fallback.
 if(FERRY_CUDA)

@@ -96,14 +96,6 @@ ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
 # collective takes several channels only once each hop carries >= 128 KiB
 # (coll_engine.cc simpleCollChannels), which the quick matrix never reaches.
 ferry_coll_hosts_test(coll.hosts.matrix.full.2x1 2 2 matrix)
-# Steps cut into several network messages (FERRY_COLL_NET_SLICES; slots
-# keep their stride, a step fills only the front of each): hops of >= 1 KiB
-# so that the quick matrix's sizes slice too, and an odd count of slices of
-# >= 4 KiB over the full matrix's large count.
-ferry_coll_hosts_test(coll.hosts.matrix.sliced.2x2 4 2 matrix_quick
-  "FERRY_COLL_NET_SLICES=4;FERRY_COLL_NET_HOP_BYTES=1K")
-ferry_coll_hosts_test(coll.hosts.matrix.sliced.full.2x1 2 2 matrix
-  "FERRY_COLL_NET_SLICES=3;FERRY_COLL_NET_HOP_BYTES=4K")
 # The same through a net plugin (the test tree's own): rings across hosts
 # over a plugin keep one channel per 64 KiB (the hop rule is the built-in
 # sockets'), so this also runs the older channel counts across hosts.

@@ -56,39 +56,5 @@ TEST(CollChannels, HopBytesKnob) {
   EXPECT_EQ(2, simpleCollChannels(64 * kKiB, 2, 16 * kKiB, 8));
 }
 
-TEST(CollNetStep, OneMessageAStepUnlessSliced) {
-  // slices 1 or no hop rule: the whole slot (0).
-  EXPECT_EQ(0u, simpleNetStepBytes(512 * kKiB, 1, kHop, kMiB));
-  EXPECT_EQ(0u, simpleNetStepBytes(512 * kKiB, 4, 0, kMiB));
-}
-
-TEST(CollNetStep, SlicesOfAtLeastTheHop) {
-  // A 4 MiB all-reduce on 4 channels, 2 ranks: 512 KiB steps.
-  EXPECT_EQ(128 * kKiB, simpleNetStepBytes(512 * kKiB, 4, kHop, kMiB));
-  EXPECT_EQ(256 * kKiB, simpleNetStepBytes(512 * kKiB, 2, kHop, kMiB));
-  // Never below the hop size: 8 slices of 512 KiB would be 64 KiB.
-  EXPECT_EQ(128 * kKiB, simpleNetStepBytes(512 * kKiB, 8, kHop, kMiB));
-  // A step no larger than the hop: one slice of its own size is below the
-  // slot, so the hop floor applies.
-  EXPECT_EQ(128 * kKiB, simpleNetStepBytes(4 * kKiB, 4, kHop, kMiB));
-}
-
-TEST(CollNetStep, WholeSlotWhenSlicesWouldFillIt) {
-  // 16 MiB all-reduce on 4 channels: 2 MiB steps, 4 slices of 512 KiB.
-  EXPECT_EQ(512 * kKiB, simpleNetStepBytes(2 * kMiB, 4, kHop, kMiB));
-  // 256 MiB on 8 channels: 16 MiB steps; slices of 4 MiB exceed the slot.
-  EXPECT_EQ(0u, simpleNetStepBytes(16 * kMiB, 4, kHop, kMiB));
-  EXPECT_EQ(0u, simpleNetStepBytes(4 * kMiB, 4, kHop, kMiB));
-  // A hop as large as the slot leaves nothing to slice.
-  EXPECT_EQ(0u, simpleNetStepBytes(512 * kKiB, 4, kMiB, kMiB));
-}
-
-TEST(CollNetStep, SixteenByteUnits) {
-  // Odd step sizes round up to whole 16-byte units; so does an odd hop.
-  EXPECT_EQ(16u * 1000, simpleNetStepBytes(4 * 16 * 1000 - 5, 4, 1000, kMiB));
-  EXPECT_EQ(1008u, simpleNetStepBytes(100, 4, 1000, kMiB));
-  EXPECT_EQ(0u, simpleNetStepBytes(100, 4, 1000, 1008));
-}
-
 }  // namespace
 }  // namespace ferry
