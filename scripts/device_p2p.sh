@@ -7,7 +7,7 @@
 #           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond netone tcpprobe netoverlap netsweep netlat collnet memory kernelnet
 #           hoststage netnsys netwarm p2psweep
-#           wincoll copysm netgap netturn netturnload
+#           wincoll copysm netgap netturn netturnload netmsgcost
 set -uo pipefail
 src=$1
 shift
@@ -181,6 +181,16 @@ for s in $stages; do
     # ferry-net-turnaround at 1 MiB (the default chunk) and 256 KiB.
     stage netturn
     for sz in 1048576 262144; do timeout 60 $b/bench/ferry-net-turnaround $sz 200; done 2>&1 | tee "$out/netturn.txt"
+    ;;
+  netmsgcost)
+    # Trap 77: what one message costs the built-in socket engine against
+    # one spinning TCP stream (ping-pong), and its streaming rate, on
+    # loopback without GPUs; the default helper layout, then 2 x 2.
+    stage netmsgcost
+    for layout in "" "NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2"; do
+      echo "# layout: ${layout:-default}"
+      env $layout timeout 120 $b/bench/ferry-net-msgcost --rounds ${MSGCOST_ROUNDS:-300}
+    done 2>&1 | tee "$out/netmsgcost.txt"
     ;;
   netturnload)
     # Trap 75's first guess: does the GPU's share of the turnaround grow

@@ -49,11 +49,11 @@ struct SocketNetTuning {
 };
 
 // Helper threads per connection and data sockets per thread, from
-// NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: 0 means 2; a value outside
-// 1..16, or a product above 64, is reported with a WARN and replaced by the
-// defaults (2 x 2).
+// NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: 0 means the default (4
+// threads, 2 sockets each); a value outside 1..16, or a product above 64,
+// is reported with a WARN and replaced by the defaults (4 x 2).
 struct SocketNetLayout {
-  int nThreads = 2;
+  int nThreads = 4;
   int nSocksPerThread = 2;
 };
 SocketNetLayout resolveSocketNetLayout(const Params& params);

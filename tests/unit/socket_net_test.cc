@@ -715,9 +715,12 @@ TEST(SocketNetData, TwoThreadThroughput) {
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_TRUE(senderOk);
   EXPECT_EQ(memcmp(src.data(), dst.data(), kBytes), 0);
+  const SocketNetLayout layout = socketNetCommLayout(l.send);
   std::printf(
-      "[     INFO ] socket engine loopback, 2x2 sockets: %.2f GB/s (%d x %zu MiB in %.3f s)\n",
-      kMsgs * static_cast<double>(kBytes) / secs / 1e9, kMsgs, kBytes >> 20, secs);
+      "[     INFO ] socket engine loopback, %d threads x %d sockets: %.2f GB/s (%d x %zu MiB in "
+      "%.3f s)\n",
+      layout.nThreads, layout.nSocksPerThread, kMsgs * static_cast<double>(kBytes) / secs / 1e9,
+      kMsgs, kBytes >> 20, secs);
 }
 
 }  // namespace
