@@ -116,15 +116,18 @@ double median(std::vector<double> v) {
 // Median one-way us: ab carries the ping (engine A sends), ba the pong.
 double enginePingPong(const Link& ab, const Link& ba, size_t bytes, int rounds) {
   std::vector<char> a(bytes, 1), b(bytes, 2);
-  bool ok = true;
+  // Each thread keeps its own verdict (every wait is bounded, so neither
+  // needs to see the other's failure to finish).
+  bool peerOk = true;
   std::thread peer([&] {
-    for (int r = 0; r < rounds + 1 && ok; ++r) {
+    for (int r = 0; r < rounds + 1 && peerOk; ++r) {
       void* rr = postRecv(ab, b.data(), bytes);
-      ok = rr != nullptr && waitDone(ab.recvNet, rr);
-      void* sr = ok ? postSend(ba, b.data(), bytes) : nullptr;
-      ok = ok && sr != nullptr && waitDone(ba.sendNet, sr);
+      peerOk = rr != nullptr && waitDone(ab.recvNet, rr);
+      void* sr = peerOk ? postSend(ba, b.data(), bytes) : nullptr;
+      peerOk = peerOk && sr != nullptr && waitDone(ba.sendNet, sr);
     }
   });
+  bool ok = true;
   std::vector<double> us;
   for (int r = 0; r < rounds + 1 && ok; ++r) {
     const auto t0 = Clock::now();
@@ -134,14 +137,14 @@ double enginePingPong(const Link& ab, const Link& ba, size_t bytes, int rounds) 
     if (r > 0) us.push_back(usSince(t0) / 2);  // round 0 warms up
   }
   peer.join();
-  return ok ? median(us) : -1;
+  return ok && peerOk ? median(us) : -1;
 }
 
 // GB/s of `count` messages one way, `depth` in flight on each side.
 double engineStream(const Link& ab, size_t bytes, int count, int depth) {
   std::vector<char> src(bytes * depth, 3), dst(bytes * depth, 0);
-  bool ok = true;
   auto run = [&](bool send) {
+    bool ok = true;
     std::vector<void*> inflight;
     NetEngine* net = send ? ab.sendNet : ab.recvNet;
     for (int i = 0; i < count && ok; ++i) {
@@ -155,12 +158,14 @@ double engineStream(const Link& ab, size_t bytes, int count, int depth) {
       inflight.push_back(req);
     }
     for (void* req : inflight) ok = ok && req != nullptr && waitDone(net, req);
+    return ok;
   };
   const auto t0 = Clock::now();
-  std::thread receiver([&] { run(false); });
-  run(true);
+  bool received = false;
+  std::thread receiver([&] { received = run(false); });
+  const bool sent = run(true);
   receiver.join();
-  return ok ? static_cast<double>(bytes) * count / usSince(t0) / 1e3 : -1;
+  return sent && received ? static_cast<double>(bytes) * count / usSince(t0) / 1e3 : -1;
 }
 
 // Exactly n bytes, spinning (non-blocking calls, yielding when the socket
