@@ -6,7 +6,7 @@
 #   stages: build gpu gpulazy diag lazy lazy2 lazy3 sanitize bench overlap torch
 #           coll collbench kp2p memop memopgdb memopsuite waitsuite floor alias pieces nostage kmax lanes collsan llsweep
 #           lllanes firstuse p2psan copyov cesplit callcost lcostprof loadsync zerosmcond memory p2psweep
-#           wincoll copysm; any other stage goes to scripts/device_net.sh (the
+#           wincoll copysm shmcoll; any other stage goes to scripts/device_net.sh (the
 #           network stages: netone collnet netsweep netlat ...), in order
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -470,6 +470,21 @@ for s in $stages; do
       echo "--- CUDA_MODULE_LOADING=$1 FERRY_P2P_STAGE_SENDS=$2"
       CUDA_MODULE_LOADING=$1 FERRY_P2P_STAGE_SENDS=$2 ferryOnly sendrecv -b 256K -e 64M -f 4 -w 3 -n 10
     done
+    ;;
+  shmcoll)
+    # Where a collective across hosts spends its time (issue 18): the same
+    # Simple ring (1 MiB slots, 4 channels) on ONE host, its FIFOs in host
+    # memory (NCCL_P2P_DISABLE=1: every kernel write and read crosses PCIe,
+    # as the legs around a network hop do), then more blocks, then over
+    # NVLink; Ferry alone, "size us busbw" per op. Against collnet's times
+    # across hosts, what is left is the network's share.
+    stage shmcoll
+    for v in "4 1" "8 1" "16 1" "4 0"; do
+      set -- $v
+      echo "--- channels $1, NCCL_P2P_DISABLE=$2"
+      FERRY_COLL_CHANNELS=$1 NCCL_P2P_DISABLE=$2 FERRY_COLL_SLOT_BYTES=1M FERRY_COLL_LL_MAX_BYTES=0 \
+        ferryOnly all_reduce,all_gather,reduce_scatter -b 1M -e 64M -f 4 -w 5 -n 20
+    done 2>&1 | tee "$out/shmcoll.txt"
     ;;
   chsweep)
     # Channels x slot size for large collectives (Ferry only).
