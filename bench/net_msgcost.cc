@@ -11,22 +11,18 @@
 // Usage: ferry-net-msgcost [--sizes 64K,128K,...] [--rounds N] [--depth D]
 //   knobs from the environment (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD;
 //   NCCL_SOCKET_IFNAME defaults to lo).
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bootstrap/socket.h"
 #include "core/params.h"
 #include "net/socket_net.h"
 
@@ -168,71 +164,58 @@ double engineStream(const Link& ab, size_t bytes, int count, int depth) {
   return sent && received ? static_cast<double>(bytes) * count / usSince(t0) / 1e3 : -1;
 }
 
-// Exactly n bytes, spinning (non-blocking calls, yielding when the socket
-// has nothing) as the engine's threads do, so that the two compare without
-// a sleeping thread's wake-up on one side only; false on an error, a
-// closed peer or after kWaitS.
-bool ioAll(int fd, char* p, size_t n, bool send) {
+// Exactly n bytes, spinning (one non-blocking call at a time, yielding
+// when the socket has nothing) as the engine's threads do, so that the two
+// compare without a sleeping thread's wake-up on one side only; false on an
+// error, a closed peer or after kWaitS.
+bool ioAll(const ferry::boot::Socket& sock, char* p, size_t n, bool send) {
   const auto start = Clock::now();
   while (n > 0) {
-    const ssize_t k =
-        send ? ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, n, MSG_DONTWAIT);
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (expired(start)) return false;
-      std::this_thread::yield();
-      continue;
-    }
-    if (k <= 0) return false;
+    size_t k = 0;
+    bool closed = false;
+    const Status st = send ? sock.sendSome(p, n, &k) : sock.recvSome(p, n, &k, &closed);
+    if (st != ncclSuccess || closed || expired(start)) return false;
+    if (k == 0) std::this_thread::yield();
     p += k;
-    n -= static_cast<size_t>(k);
+    n -= k;
   }
   return true;
 }
 
-// Raw TCP ping-pong over one loopback socket pair: the floor under the
-// engine for messages one stream carries as fast as the engine's several
-// (up to a few hundred KiB on loopback); above that the engine's streams
-// win on bandwidth and the difference is no longer its cost per message.
+// Raw TCP ping-pong over one loopback socket pair (bootstrap sockets:
+// non-blocking I/O, TCP_NODELAY): the floor under the engine for messages
+// one stream carries as fast as the engine's several (up to a few hundred
+// KiB on loopback); above that the engine's streams win on bandwidth and
+// the difference is no longer its cost per message.
 double tcpPingPong(size_t bytes, int rounds) {
-  int fds[2] = {-1, -1};
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  const bool listening =
-      lfd >= 0 && ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::listen(lfd, 1) == 0 && ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  fds[0] = listening ? ::socket(AF_INET, SOCK_STREAM, 0) : -1;
-  const bool ok0 =
-      fds[0] >= 0 && ::connect(fds[0], reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  fds[1] = ok0 ? ::accept(lfd, nullptr, nullptr) : -1;
-  if (lfd >= 0) ::close(lfd);
-  double result = -1;
-  if (fds[1] >= 0) {
-    int one = 1;
-    for (int fd : fds) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::vector<char> a(bytes, 1), b(bytes, 2);
-    std::thread peer([&] {
-      for (int r = 0; r < rounds + 1; ++r) {
-        if (!ioAll(fds[1], b.data(), bytes, false) || !ioAll(fds[1], b.data(), bytes, true)) return;
-      }
-    });
-    std::vector<double> us;
-    bool ok = true;
-    for (int r = 0; r < rounds + 1 && ok; ++r) {
-      const auto t0 = Clock::now();
-      ok = ioAll(fds[0], a.data(), bytes, true) && ioAll(fds[0], a.data(), bytes, false);
-      if (r > 0) us.push_back(usSince(t0) / 2);
+  using ferry::boot::Socket;
+  using ferry::boot::SocketAddress;
+  const auto wait = ferry::boot::WaitContext::make(kWaitS * 1000, nullptr);
+  SocketAddress any;
+  Socket listener, a, b;
+  if (SocketAddress::parse("127.0.0.1:0", &any) != ncclSuccess ||
+      Socket::listen(any, false, &listener) != ncclSuccess ||
+      Socket::connect(listener.localAddress(), wait, "msgcost tcp", &a) != ncclSuccess ||
+      listener.accept(wait, "msgcost tcp", &b) != ncclSuccess) {
+    return -1;
+  }
+  std::vector<char> mine(bytes, 1), theirs(bytes, 2);
+  std::thread peer([&] {
+    for (int r = 0; r < rounds + 1; ++r) {
+      if (!ioAll(b, theirs.data(), bytes, false) || !ioAll(b, theirs.data(), bytes, true)) return;
     }
-    if (!ok) ::shutdown(fds[0], SHUT_RDWR);  // lets the peer's blocking I/O end
-    peer.join();
-    result = ok ? median(us) : -1;
+  });
+  std::vector<double> us;
+  bool ok = true;
+  for (int r = 0; r < rounds + 1 && ok; ++r) {
+    const auto t0 = Clock::now();
+    ok = ioAll(a, mine.data(), bytes, true) && ioAll(a, mine.data(), bytes, false);
+    if (r > 0) us.push_back(usSince(t0) / 2);
   }
-  for (int fd : fds) {
-    if (fd >= 0) ::close(fd);
-  }
-  return result;
+  // On a failure the peer sees the connection end instead of waiting out kWaitS.
+  if (!ok) ::shutdown(a.fd(), SHUT_RDWR);
+  peer.join();
+  return ok ? median(us) : -1;
 }
 
 bool parseSizes(const std::string& text, std::vector<size_t>* out) {
@@ -255,8 +238,12 @@ int main(int argc, char** argv) {
   std::string sizeText = "16K,64K,65552,128K,256K,512K,1M,4M";
   int rounds = 200;
   int depth = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
+    if (i + 1 == argc) {
+      fprintf(stderr, "%s needs a value\n", k.c_str());
+      return 2;
+    }
     if (k == "--sizes") {
       sizeText = argv[i + 1];
     } else if (k == "--rounds") {
