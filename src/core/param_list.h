@@ -53,6 +53,10 @@
     "How long a send across hosts waits past FERRY_NET_STAGING_MAX_BYTES before pinning another " \
     "block anyway: a bound, so that a sender whose blocks free only after its own later calls "  \
     "never hangs.")                                                                              \
+  X(NetHelperSpinUs, "FERRY_NET_HELPER_SPIN_US", Int, "0",                                      \
+    "Socket engine: a helper thread that runs out of work keeps polling for its next chunk this " \
+    "many us before it sleeps, so the next message needs no wake-up (a sleeping thread on an "    \
+    "idle core can take tens of us to run again); costs that much CPU per burst. 0: sleep at once.") \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
     "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
     "them without sleeping, yielding the CPU between passes, until this many us pass with "     \

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -327,14 +328,24 @@ Status createSocketNet(const Params& params, const SocketNetTuning& tuning,
     list += " [" + std::to_string(i) + "]" + d.iface.name + ":" + d.iface.addr.hostString();
     devices.push_back(std::move(d));
   }
-  FERRY_INFO(kLogNet | kLogInit, "NET/Socket: %d threads x %d sockets per connection; devices:%s",
-             layout.nThreads, layout.nSocksPerThread, list.c_str());
-  *out = std::make_unique<SocketNet>(std::move(devices), layout, tuning);
+  SocketNetTuning tuned = tuning;
+  if (tuned.helperSpinUs < 0) {
+    tuned.helperSpinUs = std::max<int64_t>(0, params.getInt(ParamId::NetHelperSpinUs));
+  }
+  FERRY_INFO(kLogNet | kLogInit,
+             "NET/Socket: %d threads x %d sockets per connection, helpers spin %lld us; devices:%s",
+             layout.nThreads, layout.nSocksPerThread, static_cast<long long>(tuned.helperSpinUs),
+             list.c_str());
+  *out = std::make_unique<SocketNet>(std::move(devices), layout, tuned);
   return ncclSuccess;
 }
 
 SocketNetLayout socketNetCommLayout(const void* comm) {
   return static_cast<const sock::Comm*>(comm)->layout();
+}
+
+uint64_t socketNetLateWakeups() {
+  return sock::lateWakeups();
 }
 
 }  // namespace ferry::net

@@ -37,8 +37,8 @@
 
 namespace ferry::net {
 
-// Timeouts of the connection set-up; defaults suit real networks, tests
-// shrink them to watch strangers being dropped.
+// Timeouts of the connection set-up (defaults suit real networks, tests
+// shrink them to watch strangers being dropped) and the helpers' spin.
 struct SocketNetTuning {
   // A socket accepted by the listener must deliver its whole hello this soon.
   int64_t helloTimeoutMs = 10000;
@@ -46,6 +46,9 @@ struct SocketNetTuning {
   int64_t groupTimeoutMs = 30000;
   // connect() gives up (ncclSystemError) when the peer cannot be reached by then.
   int64_t connectTimeoutMs = 30000;
+  // How long an idle helper thread polls for new chunks before it sleeps;
+  // negative: FERRY_NET_HELPER_SPIN_US.
+  int64_t helperSpinUs = -1;
 };
 
 // Helper threads per connection and data sockets per thread, from
@@ -74,5 +77,10 @@ std::vector<boot::InterfaceAddress> selectSocketNetDevices(
 // Introspection for tests and logs: the layout a send or recv comm of the
 // socket engine uses (a receiver reports its sender's layout).
 SocketNetLayout socketNetCommLayout(const void* comm);
+
+// How many times, process-wide, a helper thread slept through its whole
+// poll timeout (200 ms) while work was posted to it: a lost wake-up, which
+// costs that timeout. Tests expect none.
+uint64_t socketNetLateWakeups();
 
 }  // namespace ferry::net

@@ -17,10 +17,11 @@
 
 namespace ferry::net::sock {
 
-Comm::Comm(bool send, SocketNetLayout layout, boot::Socket ctrl, std::vector<boot::Socket> data,
-           std::string peer)
+Comm::Comm(bool send, SocketNetLayout layout, int64_t helperSpinUs, boot::Socket ctrl,
+           std::vector<boot::Socket> data, std::string peer)
     : send_(send),
       layout_(layout),
+      helperSpinNs_(helperSpinUs * 1000),
       peer_(std::move(peer)),
       ctrl_(std::move(ctrl)),
       data_(std::move(data)),
@@ -47,10 +48,11 @@ void Comm::logWorkerStats() const {
   std::string line;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerStats& st = workers_[i]->stats();
-    char one[160];
-    snprintf(one, sizeof(one), " [%zu: %.1f MB, wait %.2f ms on socket %d, cpu %.1f/%.1f ms]", i,
+    char one[192];
+    snprintf(one, sizeof(one),
+             " [%zu: %.1f MB, wait %.2f ms on socket %d, cpu %.1f/%.1f ms, spin %.1f ms%s]", i,
              st.bytes / 1e6, st.maxSocketWaitNs / 1e6, st.maxWaitSocket, st.cpuNs / 1e6,
-             st.busyNs / 1e6);
+             st.busyNs / 1e6, st.spinNs / 1e6, st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
     line += one;
   }
   FERRY_INFO(kLogNet, "net/socket: %s comm with %s closed; helpers%s", send_ ? "send" : "receive",
@@ -65,7 +67,7 @@ Status Comm::start() {
   for (int t = 0; t < layout_.nThreads; ++t) {
     std::vector<int> fds;
     for (int s = 0; s < per; ++s) fds.push_back(data_[static_cast<size_t>(t * per + s)].fd());
-    workers_.push_back(std::make_unique<Worker>(this, t, std::move(fds), send_));
+    workers_.push_back(std::make_unique<Worker>(this, t, std::move(fds), send_, helperSpinNs_));
     FERRY_CHECK(workers_.back()->open());
   }
   // The helper threads start with the first message (dispatch): a

@@ -142,23 +142,29 @@ struct Task {
 // What a helper thread saw, for the INFO line its comm writes when it
 // closes (where a striped connection's time goes without TRACE, trap 46):
 // bytes moved; the longest time one of its sockets had a chunk queued but
-// could not move a byte (the peer or TCP held it up); its wall time outside
-// poll() and the CPU time it got (well below the wall time: the thread was
-// runnable but not running).
+// could not move a byte (the peer or TCP held it up); its wall time moving
+// bytes, the CPU time it got (well below the wall time: the thread was
+// runnable but not running) and its time spinning for work.
 struct WorkerStats {
   uint64_t bytes = 0;
   int64_t maxSocketWaitNs = 0;
   int maxWaitSocket = -1;  // index among the comm's data sockets
   int64_t busyNs = 0;
   int64_t cpuNs = 0;
+  int64_t spinNs = 0;  // spent polling for new chunks (FERRY_NET_HELPER_SPIN_US)
+  uint64_t lateWakeups = 0;  // sleeps that outlasted work posted meanwhile
 };
+
+// Late wake-ups of every helper thread so far (socketNetLateWakeups).
+uint64_t lateWakeups();
 
 // A helper thread owning a few data sockets of one comm (comm_worker.cc).
 class Worker {
  public:
   // `fds` are borrowed: the comm owns the sockets and joins this worker
-  // before closing them.
-  Worker(Comm* comm, int index, std::vector<int> fds, bool send);
+  // before closing them. spinNs: how long the thread polls for new chunks
+  // once it has none before it sleeps in poll().
+  Worker(Comm* comm, int index, std::vector<int> fds, bool send, int64_t spinNs);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -167,7 +173,8 @@ class Worker {
   [[nodiscard]] Status open();
   [[nodiscard]] Status launch();
   // Proxy thread: hands over chunks (under the mutex, which publishes the
-  // tasks and their requests' fields) and wakes the thread.
+  // tasks and their requests' fields) and wakes the thread unless it is
+  // awake and spinning for work.
   void post(std::vector<Task>* tasks);
   // Any thread: interrupts the worker's poll (new work, failure or stop).
   void wake();
@@ -181,6 +188,8 @@ class Worker {
   bool progressSocket(int s, int64_t nowNs);
   bool progressAll(int64_t nowNs);
   void dropAll();
+  bool spinForWork();
+  void sleepForWork();
   void waitForWork();
 
   Comm* comm_;
@@ -188,8 +197,17 @@ class Worker {
   std::vector<int> fds_;
   bool send_;
   UniqueFd wakeFd_;
+  const int64_t spinNs_;
   std::mutex mu_;
   std::vector<Task> incoming_;  // guarded by mu_
+  // The post()/sleep hand-shake (a Dekker pair, both sides seq_cst): post()
+  // sets hasWork_ and then reads sleeping_; the thread sets sleeping_ and
+  // then reads hasWork_ before it sleeps. At least one of them sees the
+  // other's store, so either the thread finds the work or post() writes the
+  // eventfd: no wake-up is lost, and a spinning thread costs post() no
+  // syscall.
+  std::atomic<bool> hasWork_{false};
+  std::atomic<bool> sleeping_{true};
   // Thread-private once the thread runs.
   std::vector<std::deque<Task>> queues_;
   std::vector<int64_t> blockedSinceNs_;  // per socket: first would-block, 0 when moving
@@ -207,8 +225,9 @@ struct MemRegion {
 // One direction of a connection: the send side or the receive side.
 class Comm {
  public:
-  Comm(bool send, SocketNetLayout layout, boot::Socket ctrl, std::vector<boot::Socket> data,
-       std::string peer);
+  // helperSpinUs: SocketNetTuning::helperSpinUs (resolved, >= 0).
+  Comm(bool send, SocketNetLayout layout, int64_t helperSpinUs, boot::Socket ctrl,
+       std::vector<boot::Socket> data, std::string peer);
   // Stops and joins the workers before any socket or request goes away.
   ~Comm();
   Comm(const Comm&) = delete;
@@ -252,6 +271,7 @@ class Comm {
 
   const bool send_;
   const SocketNetLayout layout_;
+  const int64_t helperSpinNs_;
   const std::string peer_;
   boot::Socket ctrl_;
   std::vector<boot::Socket> data_;
@@ -345,6 +365,7 @@ class Connector {
   SocketNetLayout layout_;
   boot::Deadline deadline_;
   int64_t timeoutMs_;
+  int64_t helperSpinUs_;
   std::vector<Slot> slots_;
 };
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/clock.h"
+#include "core/cpu_relax.h"
 #include "core/log.h"
 #include "net/socket_net_internal.h"
 
@@ -27,13 +28,20 @@ constexpr int kPollMs = 200;
 // get their turn.
 constexpr uint64_t kVisitBytes = 4ull << 20;
 
+std::atomic<uint64_t> gLateWakeups{0};
+
 }  // namespace
 
-Worker::Worker(Comm* comm, int index, std::vector<int> fds, bool send)
+uint64_t lateWakeups() {
+  return gLateWakeups.load(std::memory_order_relaxed);
+}
+
+Worker::Worker(Comm* comm, int index, std::vector<int> fds, bool send, int64_t spinNs)
     : comm_(comm),
       index_(index),
       fds_(std::move(fds)),
       send_(send),
+      spinNs_(spinNs),
       queues_(fds_.size()),
       blockedSinceNs_(fds_.size(), 0) {}
 
@@ -64,7 +72,10 @@ void Worker::post(std::vector<Task>* tasks) {
     incoming_.insert(incoming_.end(), tasks->begin(), tasks->end());
   }
   tasks->clear();
-  wake();
+  // seq_cst, both: post()'s half of the hand-shake with waitForWork (see
+  // hasWork_): store the news, then look whether the thread sleeps.
+  hasWork_.store(true, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) wake();
 }
 
 void Worker::wake() {
@@ -79,6 +90,9 @@ void Worker::join() {
 }
 
 void Worker::takeIncoming() {
+  // seq_cst (a plain release would do): cleared before the swap, so a post
+  // whose tasks miss this swap leaves the flag set for the next round.
+  hasWork_.store(false, std::memory_order_seq_cst);
   {
     std::lock_guard<std::mutex> lock(mu_);
     scratch_.swap(incoming_);
@@ -171,8 +185,43 @@ bool Worker::progressAll(int64_t now) {
   return moved;
 }
 
-// Sleeps until a socket with queued work is ready or the eventfd fires.
+// With nothing queued, polls hasWork_ for up to spinNs_: true when work came
+// (no wake-up needed), false when the time ran out or the comm stops or
+// fails (their wake() then ends the sleep that follows at once).
+bool Worker::spinForWork() {
+  if (spinNs_ <= 0) return false;
+  for (auto& q : queues_) {
+    if (!q.empty()) return false;  // waiting on a socket: poll() watches it
+  }
+  const int64_t start = steadyNowNs();
+  bool found = false;
+  for (uint32_t i = 1;; ++i) {
+    // Acquire is enough here: the tasks themselves are published by mu_.
+    if (hasWork_.load(std::memory_order_acquire)) {
+      found = true;
+      break;
+    }
+    if (comm_->stopping() || comm_->failure() != ncclSuccess) break;
+    cpuRelax();
+    if (i % 64 == 0 && steadyNowNs() - start >= spinNs_) break;
+  }
+  stats_.spinNs += steadyNowNs() - start;
+  return found;
+}
+
 void Worker::waitForWork() {
+  if (spinForWork()) return;
+  // seq_cst, both: the thread's half of the hand-shake with post() (see
+  // hasWork_): announce the sleep, then look for news posted meanwhile.
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (!hasWork_.load(std::memory_order_seq_cst)) sleepForWork();
+  // Relaxed: only post()'s choice to skip the eventfd depends on it, and a
+  // stale true there costs one spare wake-up.
+  sleeping_.store(false, std::memory_order_relaxed);
+}
+
+// Sleeps until a socket with queued work is ready or the eventfd fires.
+void Worker::sleepForWork() {
   pollfd pfds[1 + kMaxSocksPerThread];
   nfds_t n = 0;
   pfds[n++] = pollfd{wakeFd_.get(), POLLIN, 0};
@@ -188,6 +237,15 @@ void Worker::waitForWork() {
     uint64_t count = 0;
     ssize_t got = read(wakeFd_.get(), &count, sizeof(count));
     (void)got;  // EAGAIN: another wake-up was already consumed; nothing lost
+  }
+  // Work that came while the thread slept through the whole timeout was
+  // posted without a wake-up: the hand-shake failed (or, rarely, the post
+  // landed between its flag and its eventfd write as the timeout expired).
+  // Acquire: a flag only; the tasks are published by mu_.
+  if (rc == 0 && hasWork_.load(std::memory_order_acquire)) {
+    ++stats_.lateWakeups;
+    // Relaxed: a statistic (socketNetLateWakeups), read with no other data.
+    gLateWakeups.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

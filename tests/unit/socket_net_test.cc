@@ -385,6 +385,39 @@ TEST(SocketNetData, ManyInFlightBothWays) {
   }
 }
 
+// FERRY_NET_HELPER_SPIN_US: messages in both directions with random gaps,
+// some shorter than the helpers' spin (post() finds them awake and writes
+// no eventfd), some longer (they sleep and must be woken); every byte
+// checked. A lost wake-up leaves a message undelivered and fails the wait.
+TEST(SocketNetData, SpinningHelpers) {
+  test::Rng rng(test::testSeed(), 12);
+  for (int64_t spinUs : {int64_t{300}, int64_t{5000}}) {
+    SCOPED_TRACE("spin " + std::to_string(spinUs) + " us");
+    // One engine takes the knob from the parameters, the other from the
+    // tuning (which wins over the parameters).
+    Params params = Params::fromValues({{"NCCL_SOCKET_IFNAME", "lo"},
+                                        {"FERRY_NET_HELPER_SPIN_US", std::to_string(spinUs)}});
+    SocketNetTuning tuning;
+    tuning.helperSpinUs = spinUs;
+    auto a = makeNet(params);
+    auto b = makeNet(loParams(), tuning);
+    ASSERT_TRUE(a && b);
+    Link ab{a.get(), b.get()}, ba{b.get(), a.get()};
+    ASSERT_TRUE(connectLink(&ab));
+    ASSERT_TRUE(connectLink(&ba));
+    const uint64_t late = socketNetLateWakeups();
+    for (int i = 0; i < 24; ++i) {
+      const size_t n = (size_t{64} << 10) + 1 + rng.below(size_t{1} << 20);
+      roundTrip(i % 2 ? ba : ab, n, n + 100, rng);
+      if (HasFatalFailure()) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(rng.below(2 * spinUs)));
+    }
+    // The gaps are far shorter than a helper's poll timeout, so a sleep that
+    // outlasted posted work can only be a lost wake-up.
+    EXPECT_EQ(socketNetLateWakeups(), late);
+  }
+}
+
 // The request ring holds 128 outstanding requests; the next post answers
 // "not now" (null request) until one is reported.
 TEST(SocketNetData, FullRingSaysNotNow) {

@@ -1,5 +1,7 @@
 #include "runtime/host/host_stream.h"
 
+#include "core/cpu_relax.h"
+
 #include <string.h>
 
 #include <algorithm>
@@ -21,16 +23,6 @@ struct StreamRegistry {
 StreamRegistry& registry() {
   static StreamRegistry* instance = new StreamRegistry();
   return *instance;
-}
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#else
-  std::this_thread::yield();
-#endif
 }
 
 bool conditionHolds(uint64_t current, uint64_t value, WaitCondition c) {
