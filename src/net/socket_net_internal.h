@@ -151,7 +151,7 @@ struct WorkerStats {
   int maxWaitSocket = -1;  // index among the comm's data sockets
   int64_t busyNs = 0;
   int64_t cpuNs = 0;
-  int64_t spinNs = 0;  // spent polling for new chunks (FERRY_NET_HELPER_SPIN_US)
+  int64_t spinNs = 0;        // spent polling for new chunks (FERRY_NET_HELPER_SPIN_US)
   uint64_t lateWakeups = 0;  // sleeps that outlasted work posted meanwhile
 };
 

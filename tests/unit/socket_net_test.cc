@@ -395,8 +395,8 @@ TEST(SocketNetData, SpinningHelpers) {
     SCOPED_TRACE("spin " + std::to_string(spinUs) + " us");
     // One engine takes the knob from the parameters, the other from the
     // tuning (which wins over the parameters).
-    Params params = Params::fromValues({{"NCCL_SOCKET_IFNAME", "lo"},
-                                        {"FERRY_NET_HELPER_SPIN_US", std::to_string(spinUs)}});
+    Params params = Params::fromValues(
+        {{"NCCL_SOCKET_IFNAME", "lo"}, {"FERRY_NET_HELPER_SPIN_US", std::to_string(spinUs)}});
     SocketNetTuning tuning;
     tuning.helperSpinUs = spinUs;
     auto a = makeNet(params);

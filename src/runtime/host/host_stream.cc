@@ -1,13 +1,13 @@
 #include "runtime/host/host_stream.h"
 
-#include "core/cpu_relax.h"
-
 #include <string.h>
 
 #include <algorithm>
 #include <atomic>
 #include <system_error>
 #include <unordered_map>
+
+#include "core/cpu_relax.h"
 
 namespace ferry::rt::host {
 namespace {
