@@ -5,7 +5,6 @@
 
 #include <stdlib.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -330,7 +329,12 @@ Status createSocketNet(const Params& params, const SocketNetTuning& tuning,
   }
   SocketNetTuning tuned = tuning;
   if (tuned.helperSpinUs < 0) {
-    tuned.helperSpinUs = std::max<int64_t>(0, params.getInt(ParamId::NetHelperSpinUs));
+    tuned.helperSpinUs = params.getInt(ParamId::NetHelperSpinUs);
+    if (tuned.helperSpinUs < 0) {
+      FERRY_WARN("FERRY_NET_HELPER_SPIN_US=%lld is negative; using 0 (helpers sleep at once)",
+                 static_cast<long long>(tuned.helperSpinUs));
+      tuned.helperSpinUs = 0;
+    }
   }
   FERRY_INFO(kLogNet | kLogInit,
              "NET/Socket: %d threads x %d sockets per connection, helpers spin %lld us; devices:%s",

@@ -364,8 +364,7 @@ class Connector {
   boot::SocketAddress addr_;
   SocketNetLayout layout_;
   boot::Deadline deadline_;
-  int64_t timeoutMs_;
-  int64_t helperSpinUs_;
+  SocketNetTuning tuning_;
   std::vector<Slot> slots_;
 };
 

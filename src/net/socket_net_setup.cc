@@ -183,8 +183,7 @@ Connector::Connector(const boot::SocketAddress& addr, SocketNetLayout layout,
     : addr_(addr),
       layout_(layout),
       deadline_(boot::Deadline::afterMs(tuning.connectTimeoutMs)),
-      timeoutMs_(tuning.connectTimeoutMs),
-      helperSpinUs_(tuning.helperSpinUs) {
+      tuning_(tuning) {
   Hello h;
   h.connId = newConnectionId();
   h.count = 1 + static_cast<uint32_t>(layout.nThreads * layout.nSocksPerThread);
@@ -211,15 +210,16 @@ Status Connector::progress(std::unique_ptr<Comm>* out) {
   if (all) {
     std::vector<boot::Socket> data;
     for (size_t i = 1; i < slots_.size(); ++i) data.push_back(std::move(slots_[i].sock));
-    auto comm = std::make_unique<Comm>(true, layout_, helperSpinUs_, std::move(slots_[0].sock),
-                                       std::move(data), addr_.toString());
+    auto comm =
+        std::make_unique<Comm>(true, layout_, tuning_.helperSpinUs, std::move(slots_[0].sock),
+                               std::move(data), addr_.toString());
     FERRY_CHECK(comm->start());
     *out = std::move(comm);
     return ncclSuccess;
   }
   if (deadline_.expired()) {
     FERRY_FAIL(ncclSystemError, "net/socket: connect to %s did not complete in %lld ms",
-               addr_.toString().c_str(), static_cast<long long>(timeoutMs_));
+               addr_.toString().c_str(), static_cast<long long>(tuning_.connectTimeoutMs));
   }
   return ncclSuccess;
 }

@@ -269,6 +269,15 @@ TEST(SocketNetSetup, LayoutKnobs) {
   EXPECT_TRUE(is(layout("16", "16"), 4, 2));
   EXPECT_NE(lastWarning().find("exceeds 64"), std::string::npos) << lastWarning();
   EXPECT_TRUE(is(layout("3", "100"), 4, 2));
+  // A negative helper spin is reported and read as 0; the engine still works.
+  auto net = makeNet(
+      Params::fromValues({{"NCCL_SOCKET_IFNAME", "lo"}, {"FERRY_NET_HELPER_SPIN_US", "-5"}}));
+  ASSERT_TRUE(net);
+  EXPECT_NE(lastWarning().find("FERRY_NET_HELPER_SPIN_US=-5"), std::string::npos) << lastWarning();
+  Link l{net.get(), net.get()};
+  ASSERT_TRUE(connectLink(&l));
+  test::Rng rng(test::testSeed(), 13);
+  roundTrip(l, (size_t{1} << 20) + rng.below(4096), size_t{2} << 20, rng);
 }
 
 TEST(SocketNetSetup, BadHandleAndUnknownComms) {
