@@ -43,6 +43,7 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollNetLlMaxBytes,
     ParamId::CollLlChannelBytes,
     ParamId::CollNetHopBytes,
+    ParamId::CollNetStreamBytes,
     ParamId::NetChunkBytes,
     ParamId::NetLinks,
     ParamId::RuntimeConnect,
