@@ -96,9 +96,8 @@ struct RingChannel {
   uint64_t* sendHead;  // own memory; the next position publishes drains
   uint64_t* recvHead;  // the previous position's sendHead (mapped)
   // Only where the next position is on another host (a ring hop carries
-  // the slots: proxy/ring_hop.h): by step % nslots, the bytes left in the
-  // kernel's primitive from that slot on, so that the hop ships those and
-  // not whole slots, and can send a primitive's slots as one message.
+  // the slots: proxy/ring_hop.h): the bytes the kernel put in each slot,
+  // by step % nslots, so that the hop ships those and not the whole slot.
   // Null otherwise.
   uint64_t* sendSizes;
   uint64_t sendStep;  // slots sent on this channel so far (persistent)
@@ -268,13 +267,10 @@ class RingPrims : public PrimOps<RingPrims<P, T, Op>, T> {
           return false;
         }
         sendSlot = slot(ch_.sendFifo, ch_.sendStep);
-        // The bytes left in this primitive from this slot on (a ring hop
-        // reads it once it acquired the tail, which the post below
-        // publishes after it): the slot's own size is the smaller of that
-        // and a slot, and a hop that streams sends the rest of the
-        // primitive as one message (proxy/ring_hop.h).
+        // The slot's size (a ring hop reads it once it acquired the tail,
+        // which the post below publishes after it).
         if (ch_.sendSizes != nullptr) {
-          P::note(ctx_, ch_.sendSizes + ch_.sendStep % nslots_, (n - off) * sizeof(T));
+          P::note(ctx_, ch_.sendSizes + ch_.sendStep % nslots_, m * sizeof(T));
         }
       }
       P::template reduceCopy<T, Op>(ctx_, op_, in != nullptr ? in + off : nullptr, fifo, sendSlot,

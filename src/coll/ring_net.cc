@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <string>
 #include <thread>
 
 #include "coll/ring_setup.h"
@@ -67,24 +66,6 @@ Status connectHops(const P2pSetupContext& ctx, const std::function<void*(const R
   }
 }
 
-// The slots one network message of a Simple ring step may carry
-// (FERRY_COLL_NET_STREAM_BYTES, proxy/ring_hop.h): as many as fit the knob,
-// at most nslots / 2; 1 turns streaming off. A function of agreed knobs
-// only, so both ends of a hop cut alike.
-uint32_t streamGroupSlots(const Params* params, uint32_t nslots, uint64_t slotBytes) {
-  int64_t limit = params != nullptr ? params->getInt(ParamId::CollNetStreamBytes) : 0;
-  if (limit < 0 || limit > (int64_t{1} << 30)) {
-    FERRY_WARN("FERRY_COLL_NET_STREAM_BYTES=%lld out of range [0, 1G]; streaming off",
-               static_cast<long long>(limit));
-    limit = 0;
-  }
-  uint32_t best = 1;
-  for (uint32_t d = 2; d <= nslots / 2; ++d) {
-    if (d * slotBytes <= static_cast<uint64_t>(limit)) best = d;
-  }
-  return best;
-}
-
 }  // namespace
 
 Status setupRingNet(const P2pSetupContext& ctx, bool ll, int nchannels, uint32_t nslots,
@@ -143,12 +124,10 @@ Status setupRingNet(const P2pSetupContext& ctx, bool ll, int nchannels, uint32_t
   // Flag lines (ring_setup.h): 0 tail (LL too: its kernel posts one where
   // a hop carries the sends, algo/coll_ll.h), 1 head, 2 LL head.
   const int head = ll ? 2 : 1;
-  const uint32_t group = ll ? 1 : streamGroupSlots(ctx.params, nslots, slotBytes);
   for (auto& h : out->hops) {
     const int c = h->channel;
     h->nslots = nslots;
     h->slotBytes = slotBytes;
-    h->groupSlots = group;
     void* registered = nullptr;
     if (h->isSend) {
       h->fifo = *nextBase + fifos + c * fifoBytes;
@@ -169,13 +148,10 @@ Status setupRingNet(const P2pSetupContext& ctx, bool ll, int nchannels, uint32_t
   }
   FERRY_INFO(kLogInit | kLogColl | kLogNet,
              "collectives: %s ring across hosts: %s rank %d, %s rank %d, %d channel(s) each via "
-             "NET/%s (channel 0 on device %d), %s",
+             "NET/%s (channel 0 on device %d)",
              ll ? "LL" : "Simple", prevRemote ? "receives from" : "local previous", prevRank,
              nextRemote ? "sends to" : "local next", nextRank, nchannels, engine->name(),
-             netDevFor(engine, t, 0),
-             group > 1 && engine->canStream()
-                 ? ("steps streamed, up to " + std::to_string(group) + " slots a message").c_str()
-                 : "one message per slot");
+             netDevFor(engine, t, 0));
   return ncclSuccess;
 }
 

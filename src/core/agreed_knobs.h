@@ -43,7 +43,6 @@ inline constexpr ParamId kAgreedKnobIds[] = {
     ParamId::CollNetLlMaxBytes,
     ParamId::CollLlChannelBytes,
     ParamId::CollNetHopBytes,
-    ParamId::CollNetStreamBytes,
     ParamId::NetChunkBytes,
     ParamId::NetLinks,
     ParamId::RuntimeConnect,

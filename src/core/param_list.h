@@ -57,10 +57,6 @@
     "Socket engine: a helper thread that runs out of work keeps polling for its next chunk this " \
     "many us before it sleeps, so the next message needs no wake-up (a sleeping thread on an "    \
     "idle core can take tens of us to run again); costs that much CPU per burst. 0: sleep at once.") \
-  X(NetStreamPieceBytes, "FERRY_NET_STREAM_PIECE_BYTES", Int, "65536",                            \
-    "Socket engine: the largest piece a streamed send (a collective's ring step across hosts, "  \
-    "FERRY_COLL_NET_STREAM) is cut into, per readiness unit; smaller pieces let a receiver see " \
-    "its first slots sooner, at more system calls per byte (4K..16M).")                          \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
     "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
     "them without sleeping, yielding the CPU between passes, until this many us pass with "     \
@@ -209,12 +205,6 @@
     "(faster across hosts at every size on 2x H200, session 30). NCCL_PROTO=LL forces LL.")      \
   X(CollLlChannelBytes, "FERRY_COLL_LL_CHANNEL_BYTES", Int, "4K",                                 \
     "An LL collective takes one channel per this many bytes (at least 1, at most all).")          \
-  X(CollNetStreamBytes, "FERRY_COLL_NET_STREAM_BYTES", Int, "1M",                                \
-    "On a communicator spanning hosts over the built-in sockets: a FIFO-protocol ring step of "   \
-    "several slots crosses the network as one message of up to this many bytes, sent as the "    \
-    "kernel fills it and handed to the next kernel slot by slot as it lands (so the host-memory " \
-    "legs overlap the wire); below two slots, or 0: one message per slot. Net plugins always "    \
-    "move one message per slot.")                                                                 \
   X(CollNetHopBytes, "FERRY_COLL_NET_HOP_BYTES", Int, "128K",                                     \
     "On a communicator spanning hosts over the built-in sockets (not a net plugin): a FIFO-"      \
     "protocol collective takes as many channels as keep each hop's network message (bytes / "     \

@@ -93,35 +93,6 @@ class NetEngine {
   // then hold the bytes moved.
   [[nodiscard]] virtual Status test(void* request, int* done, size_t* sizes) = 0;
 
-  // Streaming (Ferry's own engine only; NCCL's plugin API has no such call,
-  // so plugins keep these defaults and callers move whole buffers):
-  //   isendStream: a send of `size` bytes of which only [0, ready) are
-  //     written yet; the caller raises the mark with sendReady in whole
-  //     multiples of `unit` (or to `size`). The engine sends every byte
-  //     below the mark without waiting for more, so a receiver can act on a
-  //     prefix while the rest is still being produced. The receiver posts a
-  //     plain irecv; test() completes the send as usual. *request null:
-  //     "not now", call again (with the current mark).
-  //   recvPrefix: while a receive is pending, how many bytes from its start
-  //     have landed (visible to the caller, acquire); at least 0, at most
-  //     the message. Lets a caller release the start of a buffer early.
-  virtual bool canStream() const { return false; }
-  [[nodiscard]] virtual Status isendStream(void* sendComm, void* data, size_t size, size_t ready,
-                                           size_t unit, void* mhandle, void** request) {
-    (void)sendComm, (void)data, (void)size, (void)ready, (void)unit, (void)mhandle;
-    *request = nullptr;
-    return ncclInternalError;
-  }
-  [[nodiscard]] virtual Status sendReady(void* request, size_t ready) {
-    (void)request, (void)ready;
-    return ncclInternalError;
-  }
-  [[nodiscard]] virtual Status recvPrefix(void* request, size_t* bytes) {
-    (void)request;
-    *bytes = 0;
-    return ncclSuccess;
-  }
-
   [[nodiscard]] virtual Status closeSend(void* sendComm) = 0;
   [[nodiscard]] virtual Status closeRecv(void* recvComm) = 0;
   [[nodiscard]] virtual Status closeListen(void* listenComm) = 0;

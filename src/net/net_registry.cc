@@ -75,20 +75,6 @@ class SerializedNetEngine final : public net::NetEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_->test(request, done, sizes);
   }
-  bool canStream() const override { return inner_->canStream(); }
-  Status isendStream(void* sendComm, void* data, size_t size, size_t ready, size_t unit,
-                     void* mhandle, void** request) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return inner_->isendStream(sendComm, data, size, ready, unit, mhandle, request);
-  }
-  Status sendReady(void* request, size_t ready) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return inner_->sendReady(request, ready);
-  }
-  Status recvPrefix(void* request, size_t* bytes) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return inner_->recvPrefix(request, bytes);
-  }
   Status closeSend(void* sendComm) override {
     std::lock_guard<std::mutex> lock(mu_);
     return inner_->closeSend(sendComm);

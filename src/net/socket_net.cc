@@ -93,33 +93,6 @@ class SocketNet final : public NetEngine {
     return ncclSuccess;
   }
 
-  bool canStream() const override { return true; }
-
-  Status isendStream(void* sendComm, void* data, size_t size, size_t ready, size_t unit,
-                     void* mhandle, void** request) override {
-    sock::Comm* c = nullptr;
-    FERRY_CHECK(findComm(sendComm, true, "isendStream", &c));
-    sock::Request* r = nullptr;
-    FERRY_CHECK(c->postStream(data, size, ready, unit, &r));
-    *request = r;
-    return ncclSuccess;
-  }
-
-  Status sendReady(void* request, size_t ready) override {
-    sock::Request* r = nullptr;
-    FERRY_CHECK(pending(request, "sendReady", &r));
-    return r->comm->markReady(r, ready);
-  }
-
-  Status recvPrefix(void* request, size_t* bytes) override {
-    sock::Request* r = nullptr;
-    FERRY_CHECK(pending(request, "recvPrefix", &r));
-    uint64_t n = 0;
-    FERRY_CHECK(r->comm->prefix(r, &n));
-    *bytes = static_cast<size_t>(n);
-    return ncclSuccess;
-  }
-
   Status iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles,
                 void** request) override {
     // Host memory only: a received byte is visible as soon as test() says so.
@@ -128,9 +101,10 @@ class SocketNet final : public NetEngine {
   }
 
   Status test(void* request, int* done, size_t* sizes) override {
-    sock::Request* r = nullptr;
-    FERRY_CHECK(pending(request, "test", &r));
-    if (done == nullptr) FERRY_FAIL(ncclInvalidArgument, "net/socket: test without a done flag");
+    auto* r = static_cast<sock::Request*>(request);
+    if (r == nullptr || r->comm == nullptr || done == nullptr) {
+      FERRY_FAIL(ncclInvalidArgument, "net/socket: test of a null or never-posted request");
+    }
     return r->comm->test(r, done, sizes);
   }
 
@@ -150,15 +124,6 @@ class SocketNet final : public NetEngine {
       FERRY_FAIL(ncclInvalidArgument, "net/socket: device %d out of range (%zu devices)", dev,
                  devices_.size());
     }
-    return ncclSuccess;
-  }
-
-  static Status pending(void* request, const char* what, sock::Request** out) {
-    auto* r = static_cast<sock::Request*>(request);
-    if (r == nullptr || r->comm == nullptr) {
-      FERRY_FAIL(ncclInvalidArgument, "net/socket: %s of a null or never-posted request", what);
-    }
-    *out = r;
     return ncclSuccess;
   }
 
@@ -371,21 +336,10 @@ Status createSocketNet(const Params& params, const SocketNetTuning& tuning,
       tuned.helperSpinUs = 0;
     }
   }
-  if (tuned.streamPieceBytes == 0) {
-    const int64_t piece = params.getInt(ParamId::NetStreamPieceBytes);
-    if (piece < static_cast<int64_t>(sock::kMinPieceBytes) || piece > (int64_t{16} << 20)) {
-      FERRY_WARN("FERRY_NET_STREAM_PIECE_BYTES=%lld out of range [4K, 16M]; using 64K",
-                 static_cast<long long>(piece));
-      tuned.streamPieceBytes = 64 << 10;
-    } else {
-      tuned.streamPieceBytes = static_cast<uint64_t>(piece);
-    }
-  }
   FERRY_INFO(kLogNet | kLogInit,
-             "NET/Socket: %d threads x %d sockets per connection, helpers spin %lld us, "
-             "streamed pieces %llu B; devices:%s",
+             "NET/Socket: %d threads x %d sockets per connection, helpers spin %lld us; devices:%s",
              layout.nThreads, layout.nSocksPerThread, static_cast<long long>(tuned.helperSpinUs),
-             static_cast<unsigned long long>(tuned.streamPieceBytes), list.c_str());
+             list.c_str());
   *out = std::make_unique<SocketNet>(std::move(devices), layout, tuned);
   return ncclSuccess;
 }

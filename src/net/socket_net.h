@@ -49,9 +49,6 @@ struct SocketNetTuning {
   // How long an idle helper thread polls for new chunks before it sleeps;
   // negative: FERRY_NET_HELPER_SPIN_US.
   int64_t helperSpinUs = -1;
-  // The largest piece of a streamed send (isendStream); 0:
-  // FERRY_NET_STREAM_PIECE_BYTES.
-  uint64_t streamPieceBytes = 0;
 };
 
 // Helper threads per connection and data sockets per thread, from

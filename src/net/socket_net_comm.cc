@@ -17,12 +17,11 @@
 
 namespace ferry::net::sock {
 
-Comm::Comm(bool send, SocketNetLayout layout, const SocketNetTuning& tuning, boot::Socket ctrl,
+Comm::Comm(bool send, SocketNetLayout layout, int64_t helperSpinUs, boot::Socket ctrl,
            std::vector<boot::Socket> data, std::string peer)
     : send_(send),
       layout_(layout),
-      helperSpinNs_(tuning.helperSpinUs * 1000),
-      streamPieceBytes_(tuning.streamPieceBytes),
+      helperSpinNs_(helperSpinUs * 1000),
       peer_(std::move(peer)),
       ctrl_(std::move(ctrl)),
       data_(std::move(data)),
@@ -131,11 +130,14 @@ void Comm::failWith(Status s, bool loud, const char* fmt, va_list ap) {
   for (auto& w : workers_) w->wake();
 }
 
-// The next free request of the ring, reset for a message of `bytes`; null
-// when kMaxRequests are outstanding ("not now").
-Request* Comm::claim(void* data, uint64_t bytes) {
+Status Comm::post(void* data, uint64_t bytes, Request** out) {
+  *out = nullptr;
+  if (data == nullptr && bytes > 0) {
+    FERRY_FAIL(ncclInvalidArgument, "net/socket: %s of %llu bytes from a null buffer",
+               send_ ? "isend" : "irecv", static_cast<unsigned long long>(bytes));
+  }
   Request& r = slot(posted_);
-  if (r.inUse) return nullptr;
+  if (r.inUse) return ncclSuccess;  // kMaxRequests outstanding: "not now"
   r.comm = this;
   r.inUse = true;
   r.seq = posted_++;
@@ -145,158 +147,43 @@ Request* Comm::claim(void* data, uint64_t bytes) {
   r.ctrlDone = false;
   r.error = ncclSuccess;
   r.nChunks = 0;
-  r.plan = ChunkPlan{};
-  r.streamed = false;
-  r.inlined = false;
-  r.ready = bytes;
-  r.dispatched = 0;
-  r.prefixChunks = 0;
   // Relaxed: no worker holds a chunk of this slot (the previous occupant was
   // reported only after all its chunks settled), so nothing races here; the
   // worker mutex in dispatch() publishes these values.
   r.settled.store(0, std::memory_order_relaxed);
   r.failedChunks.store(0, std::memory_order_relaxed);
-  return &r;
-}
-
-Status Comm::post(void* data, uint64_t bytes, Request** out) {
-  *out = nullptr;
-  if (data == nullptr && bytes > 0) {
-    FERRY_FAIL(ncclInvalidArgument, "net/socket: %s of %llu bytes from a null buffer",
-               send_ ? "isend" : "irecv", static_cast<unsigned long long>(bytes));
-  }
-  Request* r = claim(data, bytes);
-  if (r == nullptr) return ncclSuccess;  // kMaxRequests outstanding: "not now"
   // A send's chunks go out at once; the receiver reads the announcement
   // first and only then the data, so the two streams need no ordering. A
   // small one goes after its announcement on the control stream instead.
-  r->inlined = send_ && isInline(bytes);
-  if (send_ && !r->inlined) {
-    r->plan = planChunks(bytes, static_cast<int>(data_.size()));
-    r->nChunks = r->plan.count;
-    dispatch(r, r->nChunks);
-  }
+  if (send_ && !isInline(bytes)) dispatch(&r);
   progress();
-  *out = r;
+  *out = &r;
   return ncclSuccess;
 }
 
-Status Comm::postStream(void* data, uint64_t bytes, uint64_t ready, uint64_t unit, Request** out) {
-  *out = nullptr;
-  if (data == nullptr && bytes > 0) {
-    FERRY_FAIL(ncclInvalidArgument, "net/socket: isendStream of %llu bytes from a null buffer",
-               static_cast<unsigned long long>(bytes));
-  }
-  if (unit == 0 || unit > UINT32_MAX || ready > bytes) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "net/socket: isendStream of %llu bytes with %llu ready in units of %llu (units "
-               "must be 1..4G, the ready mark at most the size)",
-               static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(ready),
-               static_cast<unsigned long long>(unit));
-  }
-  // A small message all there rides inline behind its announcement; one
-  // not all there goes through the helpers like a large one: waiting for
-  // the rest could wait on a receiver that waits for the start.
-  if (isInline(bytes) && ready == bytes) return post(data, bytes, out);
-  ChunkPlan plan;
-  const uint64_t piece = streamPieceFor(unit, streamPieceBytes_);
-  if (!planStream(bytes, unit, piece, &plan)) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "net/socket: isendStream of %llu bytes in units of %llu: too many pieces",
-               static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(unit));
-  }
-  Request* r = claim(data, bytes);
-  if (r == nullptr) return ncclSuccess;
-  r->plan = plan;
-  r->nChunks = plan.count;
-  r->streamed = true;
-  r->ready = 0;
-  // The placement base advances by the whole message now, as the receiver's
-  // does when it reads the announcement; later chunks use r->seq's base.
-  FERRY_CHECK(markReady(r, ready));
-  progress();
-  *out = r;
-  return ncclSuccess;
-}
-
-// Sends every chunk wholly below the new mark (a streamed send's units are
-// whole chunks, so every ready unit goes).
-Status Comm::markReady(Request* r, uint64_t ready) {
-  if (!r->inUse || r->comm != this || !send_) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "net/socket: sendReady of a request that is not a pending send");
-  }
-  if (ready > r->size || ready < r->ready) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "net/socket: sendReady(%llu) on send %llu of %llu bytes (ready was %llu)",
-               static_cast<unsigned long long>(ready), static_cast<unsigned long long>(r->seq),
-               static_cast<unsigned long long>(r->size), static_cast<unsigned long long>(r->ready));
-  }
-  r->ready = ready;
-  uint32_t upTo = r->dispatched;
-  while (upTo < r->nChunks && r->plan.offset(upTo) + r->plan.length(upTo) <= ready) ++upTo;
-  if (upTo > r->dispatched) dispatch(r, upTo);
-  return ncclSuccess;
-}
-
-Status Comm::prefix(Request* r, uint64_t* bytes) {
-  *bytes = 0;
-  if (!r->inUse || r->comm != this || send_) {
-    FERRY_FAIL(ncclInvalidArgument,
-               "net/socket: recvPrefix of a request that is not a pending receive");
-  }
-  progress();
-  if (!r->ctrlDone || r->chunkDone == nullptr) return ncclSuccess;  // inline: all at the end
-  // Acquire: pairs with the helper's release store after the chunk's last
-  // byte; those bytes are visible to us (and to whoever we publish to).
-  while (r->prefixChunks < r->nChunks &&
-         r->chunkDone[r->prefixChunks].load(std::memory_order_acquire) != 0) {
-    ++r->prefixChunks;
-  }
-  if (r->prefixChunks > 0) {
-    const uint32_t last = r->prefixChunks - 1;
-    *bytes = r->plan.offset(last) + r->plan.length(last);
-  }
-  return ncclSuccess;
-}
-
-// Receives: one flag per chunk, cleared, before the helpers get any chunk.
-void Comm::prepareChunkFlags(Request* r) {
-  if (r->nChunks > r->chunkDoneCap) {
-    r->chunkDone.reset(new std::atomic<uint8_t>[r->nChunks]);
-    r->chunkDoneCap = r->nChunks;
-  }
-  // Relaxed: no helper holds a chunk of this request yet; the worker mutex
-  // in post() publishes the cleared flags.
-  for (uint32_t i = 0; i < r->nChunks; ++i) r->chunkDone[i].store(0, std::memory_order_relaxed);
-}
-
-// Hands chunks [r->dispatched, upTo) of a request to the helper threads
-// that own their sockets. Chunk i travels on socket (base + i) % nData,
-// base being where the request's first chunk went.
-void Comm::dispatch(Request* r, uint32_t upTo) {
-  if (failure() != ncclSuccess) return;  // test() reports the failure
+// Hands a request's chunks to the helper threads that own their sockets.
+void Comm::dispatch(Request* r) {
+  if (failure() != ncclSuccess) return;  // nChunks stays 0: test() reports the failure
   if (!startWorkers()) return;
   const int nData = static_cast<int>(data_.size());
-  if (r->dispatched == 0) {
-    r->placeBase = nextSock_;
-    nextSock_ = static_cast<int>((static_cast<uint64_t>(nextSock_) + r->nChunks) % nData);
-    if (!send_) prepareChunkFlags(r);
-  }
-  for (uint32_t i = r->dispatched; i < upTo; ++i) {
-    int sock = static_cast<int>((static_cast<uint64_t>(r->placeBase) + i) % nData);
+  uint64_t chunk = 0;
+  uint32_t n = 0;
+  planChunks(r->size, nData, &chunk, &n);
+  r->nChunks = n;
+  for (uint32_t i = 0; i < n; ++i) {
+    int sock = (nextSock_ + static_cast<int>(i)) % nData;
+    uint64_t off = chunk * i;
     Task t;
     t.req = r;
-    t.ptr = r->data + r->plan.offset(i);
-    t.len = r->plan.length(i);
+    t.ptr = r->data + off;
+    t.len = std::min(chunk, r->size - off);
     t.sock = sock % layout_.nSocksPerThread;
-    t.index = i;
     batches_[static_cast<size_t>(sock / layout_.nSocksPerThread)].push_back(t);
   }
-  FERRY_TRACE(kLogNet, "t=%lld us: net/socket: %s %llu (%llu bytes) chunks %u..%u to the helpers",
+  nextSock_ = static_cast<int>((static_cast<uint64_t>(nextSock_) + n) % nData);
+  FERRY_TRACE(kLogNet, "t=%lld us: net/socket: %s %llu (%llu bytes) to %u helper task(s)",
               traceNowUs(), send_ ? "send" : "receive", static_cast<unsigned long long>(r->seq),
-              static_cast<unsigned long long>(r->size), r->dispatched, upTo);
-  r->dispatched = upTo;
+              static_cast<unsigned long long>(r->size), n);
   for (size_t w = 0; w < batches_.size(); ++w) {
     if (!batches_[w].empty()) workers_[w]->post(&batches_[w]);
   }
@@ -316,14 +203,8 @@ void Comm::progress() {
 void Comm::progressSendCtrl() {
   while (ctrlSeq_ < posted_) {
     Request& r = slot(ctrlSeq_);
-    if (ctrlOff_ == 0) {
-      // A streamed send names its cut (units <= 4G by postStream's check,
-      // pieces <= units); a whole message leaves the receiver to plan it.
-      encodeCtrl(static_cast<uint32_t>(r.seq), r.size,
-                 r.streamed ? static_cast<uint32_t>(r.plan.unit) : 0,
-                 r.streamed ? static_cast<uint32_t>(r.plan.piece) : 0, ctrlBuf_);
-    }
-    const uint64_t total = kCtrlBytes + (r.inlined ? r.size : 0);
+    if (ctrlOff_ == 0) encodeCtrl(static_cast<uint32_t>(r.seq), r.size, ctrlBuf_);
+    const uint64_t total = kCtrlBytes + (isInline(r.size) ? r.size : 0);
     const uint8_t* from =
         ctrlOff_ < kCtrlBytes ? ctrlBuf_ + ctrlOff_ : r.data + (ctrlOff_ - kCtrlBytes);
     const uint64_t upTo = ctrlOff_ < kCtrlBytes ? kCtrlBytes : total;
@@ -368,8 +249,8 @@ void Comm::progressRecvCtrl() {
     Request& r = slot(ctrlSeq_);
     if (ctrlOff_ < kCtrlBytes) {
       if (!readAnnouncement(r)) return;
-      if (!r.inlined) {
-        dispatch(&r, r.nChunks);
+      if (!isInline(r.size)) {
+        dispatch(&r);
         finishRecvCtrl(r);
         continue;
       }
@@ -425,22 +306,9 @@ bool Comm::readAnnouncement(Request& r) {
   if (ctrlOff_ < kCtrlBytes) return false;
   uint32_t seq = 0;
   uint64_t size = 0;
-  uint32_t unit = 0;
-  uint32_t piece = 0;
-  ChunkPlan plan;
-  bool good =
-      decodeCtrl(ctrlBuf_, &seq, &size, &unit, &piece) && seq == static_cast<uint32_t>(r.seq);
-  if (good && unit == 0 && piece == 0) {
-    plan = planChunks(size, static_cast<int>(data_.size()));
-  } else if (good) {
-    good = planStream(size, unit, piece, &plan);
-  }
-  if (!good) {
-    fail(ncclSystemError,
-         "net/socket: protocol error from %s: bad announcement for message %llu (%llu bytes, "
-         "units %u, pieces %u)",
-         peer_.c_str(), static_cast<unsigned long long>(r.seq),
-         static_cast<unsigned long long>(size), unit, piece);
+  if (!decodeCtrl(ctrlBuf_, &seq, &size) || seq != static_cast<uint32_t>(r.seq)) {
+    fail(ncclSystemError, "net/socket: protocol error from %s: bad announcement for message %llu",
+         peer_.c_str(), static_cast<unsigned long long>(r.seq));
     return false;
   }
   if (size > r.capacity) {
@@ -454,10 +322,6 @@ bool Comm::readAnnouncement(Request& r) {
     return false;
   }
   r.size = size;
-  r.plan = plan;
-  // Only a whole message rides inline (a streamed one names its cut).
-  r.inlined = unit == 0 && piece == 0 && isInline(size);
-  r.nChunks = r.inlined ? 0 : plan.count;
   return true;
 }
 
@@ -482,12 +346,9 @@ Status Comm::test(Request* r, int* done, size_t* size) {
     return ncclSystemError;
   }
   // Acquire: pairs with the workers' release increments; every chunk's bytes
-  // are in place (or abandoned for good) once the count is complete. After
-  // a failure, chunks of a streamed send that never went to a helper are
-  // abandoned here (no helper will settle them).
-  const uint32_t owed = failed == ncclSuccess ? r->nChunks : r->dispatched;
+  // are in place (or abandoned for good) once the count is complete.
   if ((!r->ctrlDone && failed == ncclSuccess) ||
-      r->settled.load(std::memory_order_acquire) < owed) {
+      r->settled.load(std::memory_order_acquire) < r->nChunks) {
     // Only a request still waiting needs the peer: a receiver that closed
     // after taking every byte is normal teardown, not a failure to report.
     if (send_ && failed == ncclSuccess) checkPeerAlive();
@@ -498,8 +359,7 @@ Status Comm::test(Request* r, int* done, size_t* size) {
   // worker's increment of failedChunks before this read. failure() is read
   // again: a chunk abandoned after the first read implies a failure that
   // the acquire load of `settled` has made visible by now.
-  if (s == ncclSuccess && (!r->ctrlDone || r->failedChunks.load(std::memory_order_relaxed) > 0 ||
-                           r->dispatched < r->nChunks)) {
+  if (s == ncclSuccess && (!r->ctrlDone || r->failedChunks.load(std::memory_order_relaxed) > 0)) {
     s = failure();
   }
   r->inUse = false;

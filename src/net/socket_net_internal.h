@@ -11,13 +11,10 @@
 //     index 0 is the control socket, 1..count-1 the data sockets, grouped by
 //     helper thread (count - 1 = nThreads x sockets per thread).
 //   control frame, one per isend on the control socket:
-//     u32 kCtrlTag | u32 sequence (low 32 bits) | u64 size |
-//     u32 unit bytes | u32 piece bytes
-//     (both 0 for a whole message; a streamed send (isendStream) names the
-//     cut it chose: see ChunkPlan)
+//     u32 kCtrlTag | u32 sequence (low 32 bits) | u64 size
 // Data sockets carry raw chunk bytes; chunk i of the k-th message travels on
 // data socket (base_k + i) % nData, where base advances by each message's
-// chunk count, so both ends derive the same placement from the announcement.
+// chunk count, so both ends derive the same placement from the sizes alone.
 //
 // Threading: a Comm is driven by the proxy thread (post/test/close) and its
 // helper threads (Worker); the fields each side may touch are marked below.
@@ -47,18 +44,12 @@ namespace ferry::net::sock {
 constexpr uint64_t kMagic = 0x3174654e79727246ull;  // "FrryNet1" read little-endian
 // 2: messages of up to kInlineBytes travel on the control stream.
 // 3: kInlineBytes 16 KiB -> 64 KiB.
-// 4: control frames name a streamed message's chunk cut (24 bytes).
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kHandleUsedBytes = 36;
 constexpr size_t kHelloBytes = 32;
-constexpr size_t kCtrlBytes = 24;
+constexpr size_t kCtrlBytes = 16;
 constexpr uint32_t kCtrlTag = 0x4d53464eu;  // "NFSM"
 constexpr uint64_t kMinChunkBytes = 64 * 1024;
-// A streamed message's pieces: no smaller than this (an announcement asking
-// for smaller ones is refused: a stranger must not make us track millions
-// of chunks), and at most kMaxStreamChunks of them.
-constexpr uint64_t kMinPieceBytes = 4096;
-constexpr uint32_t kMaxStreamChunks = 1u << 16;
 // A message this small follows its announcement on the control stream,
 // written and read by the proxy thread inside post/test: no hand-off to a
 // helper thread on either side (two thread wake-ups per small message).
@@ -94,36 +85,11 @@ bool decodeHello(const uint8_t* in, Hello* out, std::string* why);
 // Whether the first `n` (< 8) received bytes can still begin our magic.
 bool magicPrefixOk(const uint8_t* in, size_t n);
 
-// How a message is cut into chunks: `size` bytes in units of `unit` bytes
-// (the last may be shorter), each unit in pieces of `piece` bytes (the last
-// of a unit may be shorter). A whole message is one unit. A streamed send's
-// units are the caller's readiness steps, so no chunk straddles two of them:
-// every ready prefix of whole units can travel without the next one.
-struct ChunkPlan {
-  uint64_t size = 0;
-  uint64_t unit = 0;
-  uint64_t piece = 0;
-  uint32_t count = 0;
-  uint32_t perUnit = 0;
-  // Chunk i's offset and length (i < count).
-  uint64_t offset(uint32_t i) const;
-  uint64_t length(uint32_t i) const;
-};
-// A whole message of `size` bytes over `nData` sockets: at most one chunk
-// per socket, none below kMinChunkBytes.
-ChunkPlan planChunks(uint64_t size, int nData);
-// A streamed message: units of `unit` bytes, pieces of at most `maxPiece`.
-// False when the cut is out of bounds (a piece below kMinPieceBytes that
-// is not a whole unit, more than kMaxStreamChunks chunks).
-bool planStream(uint64_t size, uint64_t unit, uint64_t piece, ChunkPlan* out);
-// The piece a streamed send uses for units of `unit` bytes: the unit cut
-// evenly into pieces of at most `maxPiece` bytes.
-uint64_t streamPieceFor(uint64_t unit, uint64_t maxPiece);
+void encodeCtrl(uint32_t seq, uint64_t size, uint8_t out[kCtrlBytes]);
+bool decodeCtrl(const uint8_t* in, uint32_t* seq, uint64_t* size);
 
-// unit/piece 0: a whole message (planChunks on the receiving side).
-void encodeCtrl(uint32_t seq, uint64_t size, uint32_t unit, uint32_t piece,
-                uint8_t out[kCtrlBytes]);
-bool decodeCtrl(const uint8_t* in, uint32_t* seq, uint64_t* size, uint32_t* unit, uint32_t* piece);
+// How a message of `size` bytes is cut over `nData` sockets.
+void planChunks(uint64_t size, int nData, uint64_t* chunkBytes, uint32_t* nChunks);
 
 // A random, non-zero 64-bit connection id.
 uint64_t newConnectionId();
@@ -153,23 +119,6 @@ struct Request {
   // Written by the proxy before the chunks are posted (the workers' mutex
   // publishes it); the workers never read it.
   uint32_t nChunks = 0;
-  ChunkPlan plan;
-  bool streamed = false;  // sends: posted by postStream (announced with its cut)
-  // The bytes follow the announcement on the control stream (a whole
-  // message of at most kInlineBytes; receives: known from the announcement).
-  bool inlined = false;
-  // Streamed sends: the bytes the caller made ready, and how many chunks
-  // (in order) went to the helpers; whole messages dispatch every chunk.
-  uint64_t ready = 0;
-  uint32_t dispatched = 0;
-  int placeBase = 0;  // the data socket of chunk 0 (dispatch)
-  // Receives: chunks [0, prefixChunks) are known landed (recvPrefix).
-  uint32_t prefixChunks = 0;
-  // Receives: per chunk, set (release) by the helper that finished it, after
-  // its last byte landed; read with acquire by recvPrefix. Sized by the
-  // proxy before the chunks are posted (no helper holds one then).
-  std::unique_ptr<std::atomic<uint8_t>[]> chunkDone;
-  uint32_t chunkDoneCap = 0;
   // Chunks finished or abandoned by the helper threads. Each worker adds with
   // release after its last access to the chunk's bytes and to this request;
   // the proxy loads with acquire before reporting the request, so the caller
@@ -187,8 +136,7 @@ struct Task {
   uint8_t* ptr = nullptr;
   uint64_t len = 0;
   uint64_t done = 0;
-  int sock = 0;        // index among the worker's sockets
-  uint32_t index = 0;  // the chunk's number in its request
+  int sock = 0;  // index among the worker's sockets
 };
 
 // What a helper thread saw, for the INFO line its comm writes when it
@@ -277,8 +225,8 @@ struct MemRegion {
 // One direction of a connection: the send side or the receive side.
 class Comm {
  public:
-  // `tuning` resolved (createSocketNet): helperSpinUs >= 0, streamPieceBytes > 0.
-  Comm(bool send, SocketNetLayout layout, const SocketNetTuning& tuning, boot::Socket ctrl,
+  // helperSpinUs: SocketNetTuning::helperSpinUs (resolved, >= 0).
+  Comm(bool send, SocketNetLayout layout, int64_t helperSpinUs, boot::Socket ctrl,
        std::vector<boot::Socket> data, std::string peer);
   // Stops and joins the workers before any socket or request goes away.
   ~Comm();
@@ -292,14 +240,6 @@ class Comm {
 
   // Proxy thread. A null *out means the request ring is full: try later.
   [[nodiscard]] Status post(void* data, uint64_t bytes, Request** out);
-  // A streamed send: `ready` bytes now, the rest as markReady raises it (in
-  // whole units of `unit` bytes, or to the size). A null *out: try later
-  // (the ring is full). Small ones ride inline only when all ready.
-  [[nodiscard]] Status postStream(void* data, uint64_t bytes, uint64_t ready, uint64_t unit,
-                                  Request** out);
-  [[nodiscard]] Status markReady(Request* r, uint64_t ready);
-  // A pending receive's bytes known landed from its start (acquire).
-  [[nodiscard]] Status prefix(Request* r, uint64_t* bytes);
   [[nodiscard]] Status test(Request* r, int* done, size_t* size);
   [[nodiscard]] Status registerMemory(void* data, size_t size, void** handle);
   [[nodiscard]] Status deregisterMemory(void* handle);
@@ -321,10 +261,7 @@ class Comm {
   bool readAnnouncement(Request& r);
   void finishRecvCtrl(Request& r);
   void checkPeerAlive();
-  Request* claim(void* data, uint64_t bytes);
-  // Hands chunks [r->dispatched, upTo) to the helper threads.
-  void dispatch(Request* r, uint32_t upTo);
-  void prepareChunkFlags(Request* r);
+  void dispatch(Request* r);
   // Starts the helper threads once (false: they could not start; the comm
   // failed). Proxy thread only.
   bool startWorkers();
@@ -335,7 +272,6 @@ class Comm {
   const bool send_;
   const SocketNetLayout layout_;
   const int64_t helperSpinNs_;
-  const uint64_t streamPieceBytes_;
   const std::string peer_;
   boot::Socket ctrl_;
   std::vector<boot::Socket> data_;

@@ -144,8 +144,8 @@ Status ListenComm::completeGroup(Group& g) {
   layout.nSocksPerThread = static_cast<int>((g.first.count - 1) / g.first.nThreads);
   std::vector<boot::Socket> data;
   for (size_t i = 1; i < g.socks.size(); ++i) data.push_back(std::move(g.socks[i]));
-  auto comm = std::make_unique<Comm>(false, layout, tuning_, std::move(g.socks[0]), std::move(data),
-                                     g.peer.toString());
+  auto comm = std::make_unique<Comm>(false, layout, tuning_.helperSpinUs, std::move(g.socks[0]),
+                                     std::move(data), g.peer.toString());
   FERRY_CHECK(comm->start());
   ready_.push_back(std::move(comm));
   return ncclSuccess;
@@ -210,8 +210,9 @@ Status Connector::progress(std::unique_ptr<Comm>* out) {
   if (all) {
     std::vector<boot::Socket> data;
     for (size_t i = 1; i < slots_.size(); ++i) data.push_back(std::move(slots_[i].sock));
-    auto comm = std::make_unique<Comm>(true, layout_, tuning_, std::move(slots_[0].sock),
-                                       std::move(data), addr_.toString());
+    auto comm =
+        std::make_unique<Comm>(true, layout_, tuning_.helperSpinUs, std::move(slots_[0].sock),
+                               std::move(data), addr_.toString());
     FERRY_CHECK(comm->start());
     *out = std::move(comm);
     return ncclSuccess;

@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -124,87 +123,27 @@ bool decodeHello(const uint8_t* in, Hello* out, std::string* why) {
   return true;
 }
 
-void encodeCtrl(uint32_t seq, uint64_t size, uint32_t unit, uint32_t piece,
-                uint8_t out[kCtrlBytes]) {
+void encodeCtrl(uint32_t seq, uint64_t size, uint8_t out[kCtrlBytes]) {
   put32(out, kCtrlTag);
   put32(out + 4, seq);
   put64(out + 8, size);
-  put32(out + 16, unit);
-  put32(out + 20, piece);
 }
 
-bool decodeCtrl(const uint8_t* in, uint32_t* seq, uint64_t* size, uint32_t* unit, uint32_t* piece) {
+bool decodeCtrl(const uint8_t* in, uint32_t* seq, uint64_t* size) {
   if (get32(in) != kCtrlTag) return false;
   *seq = get32(in + 4);
   *size = get64(in + 8);
-  *unit = get32(in + 16);
-  *piece = get32(in + 20);
   return true;
 }
 
-uint64_t ChunkPlan::offset(uint32_t i) const {
-  const uint64_t u = i / perUnit;
-  const uint64_t j = i % perUnit;
-  return u * unit + j * piece;
-}
-
-uint64_t ChunkPlan::length(uint32_t i) const {
-  const uint64_t off = offset(i);
-  const uint64_t inUnit = unit - (i % perUnit) * piece;  // bytes left in its unit
-  return std::min({piece, inUnit, size - off});
-}
-
-namespace {
-
-// No overflow for any a (an announced size comes from the wire).
-uint64_t ceilDiv(uint64_t a, uint64_t b) {
-  return a / b + (a % b != 0 ? 1 : 0);
-}
-
-// Fills the counts of a plan whose size, unit and piece are set (all > 0).
-void countChunks(ChunkPlan* p) {
-  p->perUnit = static_cast<uint32_t>(ceilDiv(p->unit, p->piece));
-  const uint64_t full = p->size / p->unit;
-  const uint64_t rem = p->size % p->unit;
-  p->count = static_cast<uint32_t>(full * p->perUnit + ceilDiv(rem, p->piece));
-}
-
-}  // namespace
-
-ChunkPlan planChunks(uint64_t size, int nData) {
+void planChunks(uint64_t size, int nData, uint64_t* chunkBytes, uint32_t* nChunks) {
   // At most one chunk per socket (fewest syscalls and hand-offs), at least
   // kMinChunkBytes so small messages do not pay for many sockets; 4 KiB
   // aligned so chunk boundaries stay page-friendly.
-  ChunkPlan p;
-  p.size = size;
-  if (size == 0) return p;
-  uint64_t perSock = ceilDiv(size, static_cast<uint64_t>(nData));
+  uint64_t perSock = (size + static_cast<uint64_t>(nData) - 1) / static_cast<uint64_t>(nData);
   perSock = (perSock + 4095) & ~uint64_t{4095};
-  p.unit = size;
-  p.piece = std::max(perSock, kMinChunkBytes);
-  countChunks(&p);
-  return p;
-}
-
-uint64_t streamPieceFor(uint64_t unit, uint64_t maxPiece) {
-  if (maxPiece == 0 || unit <= maxPiece) return unit;
-  // Even pieces, but never below what planStream (the receiver) accepts.
-  const uint64_t piece = ceilDiv(unit, ceilDiv(unit, maxPiece));
-  return std::max(piece, std::min(unit, kMinPieceBytes));
-}
-
-bool planStream(uint64_t size, uint64_t unit, uint64_t piece, ChunkPlan* out) {
-  *out = ChunkPlan{};
-  out->size = size;
-  if (size == 0) return true;
-  if (unit == 0 || piece == 0 || piece > unit) return false;
-  if (piece < kMinPieceBytes && piece < unit) return false;
-  out->unit = unit;
-  out->piece = piece;
-  // Bound the count before the 32-bit narrowing in countChunks.
-  if (ceilDiv(size, unit) * ceilDiv(unit, piece) > kMaxStreamChunks) return false;
-  countChunks(out);
-  return true;
+  *chunkBytes = perSock > kMinChunkBytes ? perSock : kMinChunkBytes;
+  *nChunks = static_cast<uint32_t>((size + *chunkBytes - 1) / *chunkBytes);
 }
 
 uint64_t newConnectionId() {

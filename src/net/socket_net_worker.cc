@@ -163,13 +163,7 @@ bool Worker::progressSocket(int s, int64_t nowNs) {
     FERRY_TRACE(kLogNet, "t=%lld us: net/socket: helper %d %s %llu bytes of %s %llu", traceNowUs(),
                 index_, send_ ? "wrote" : "read", static_cast<unsigned long long>(t.len),
                 send_ ? "send" : "receive", static_cast<unsigned long long>(r->seq));
-    const uint32_t index = t.index;
     q.pop_front();
-    // Release: the chunk's bytes landed before; recvPrefix's acquire load
-    // orders them before it reports them (and before its caller publishes
-    // them further). Stored before `settled`, after which the request may
-    // be recycled.
-    if (!send_) r->chunkDone[index].store(1, std::memory_order_release);
     // Release: every byte of this chunk was written to (receive) or read
     // from (send) the caller's buffer before; the proxy's acquire load of
     // `settled` orders them before it reports the request done.

@@ -15,26 +15,17 @@
 //     rank's own FIFO slots that the kernel has drained (its recvHead acks
 //     land in a mirror word, `kernelWord`), and publishes how many slots
 //     arrived as the kernel's recvTail (`proxyWord`).
-// Streamed steps (FERRY_COLL_NET_STREAM_BYTES, engines that can stream:
-// NetEngine::canStream): a ring step of several slots travels as one
-// network message, sent as the kernel fills it. The kernel notes in each
-// slot's size word the bytes left in its primitive from that slot on; the
-// send hop opens a message of the primitive's slots, at most `groupSlots`
-// and never across the FIFO's end (roomAt: both ends cut alike), with the
-// filled slots ready, and raises the ready mark as the kernel's tail grows.
-// The receive hop posts one receive at a time, of roomAt's slots once the
-// kernel drained all of them, and publishes each slot's arrival as the engine reports the received
-// prefix, so the next kernel reads the first slots while the rest is on the wire. One message's
-// fixed cost per step, with the host-memory legs overlapping the wire (session 43). Back-pressure
-// needs no credit messages: a receiver posts a slot only once the kernel drained it, and the
-// sender's slots free as its isends finish. Counters never reset (like the kernels' step counters),
-// so the hops are persistent: they work for every launch and for CUDA-graph replays alike. The LL
-// protocol crosses hosts too (algo/coll_ll.h): its sending kernel notes each step's line bytes and
-// posts a tail like the FIFO protocol's, so the send hop is the same; a receive hop lands the lines
-// in `landing` and copies them into the FIFO slot with one 8-byte store per word, so that the
-// kernel, which polls each word's flag, never sees a torn word (a network engine's receive may
-// write a word's bytes in any order). It publishes no tail (`proxyWord` null): the flags are the
-// readiness.
+// Back-pressure needs no credit messages: a receiver posts a slot only once
+// the kernel drained it, and the sender's slots free as its isends finish.
+// Counters never reset (like the kernels' step counters), so the hops are
+// persistent: they work for every launch and for CUDA-graph replays alike.
+// The LL protocol crosses hosts too (algo/coll_ll.h): its sending kernel
+// notes each step's line bytes and posts a tail like the FIFO protocol's,
+// so the send hop is the same; a receive hop lands the lines in `landing`
+// and copies them into the FIFO slot with one 8-byte store per word, so
+// that the kernel, which polls each word's flag, never sees a torn word (a
+// network engine's receive may write a word's bytes in any order). It
+// publishes no tail (`proxyWord` null): the flags are the readiness.
 //
 // Memory ordering: kernelWord is read with acquire (the kernel's post is a
 // release after its slot stores/loads); proxyWord is written with release
@@ -70,25 +61,13 @@ struct RingHop {
   uint32_t nslots = 0;
   uint64_t* proxyWord = nullptr;         // send: sendHead; receive: recvTail (LL: null)
   const uint64_t* kernelWord = nullptr;  // send: filled tail; receive: drained head
-  // Send: per slot (by step % nslots, written before its tail), the bytes
-  // left in the kernel's primitive from that slot on (LL: the slot's line
-  // bytes); null: ship whole slots.
+  // Send: the bytes the kernel put in each slot (by step % nslots, written
+  // before its tail); null: ship whole slots.
   const uint64_t* sizes = nullptr;
-  // Slots one network message may carry (streamed steps, when > 1 and the
-  // engine can stream); at most nslots / 2.
-  uint32_t groupSlots = 1;
-  // Proxy-thread state. Send: steps posted / delivered; receive: steps
-  // received into / published (done may run ahead of a message's end).
+  // Proxy-thread state.
   uint64_t posted = 0;
   uint64_t done = 0;
-  struct Pending {
-    void* request = nullptr;
-    uint64_t start = 0;  // its first step
-    uint64_t steps = 0;  // slots it carries (receive: room posted)
-    uint64_t bytes = 0;  // send: message size; receive: capacity
-    uint64_t ready = 0;  // streamed send: the mark given to the engine
-  };
-  std::deque<Pending> requests;
+  std::deque<void*> requests;
   bool failed = false;
 
   // One pass: completes finished requests, posts what is ready. *moved when
@@ -100,17 +79,7 @@ struct RingHop {
 
  private:
   [[nodiscard]] Status stop(Status s, const char* what);
-  bool streams() const;
-  uint64_t roomAt(uint64_t k) const;
-  char* slotAt(uint64_t k) const;
-  // Step k's message: its slots and bytes (k filled).
-  void sendGroup(uint64_t k, uint64_t* steps, uint64_t* bytes) const;
-  [[nodiscard]] Status complete(bool* moved);
-  [[nodiscard]] Status finishOne(const Pending& p, size_t size, bool* moved);
-  [[nodiscard]] Status postSends(bool* moved);
-  [[nodiscard]] Status postRecvs(bool* moved);
-  [[nodiscard]] Status publishPrefix(bool* moved);
-  void publish(uint64_t steps, bool* moved);
+  uint64_t sendBytes(uint64_t k) const;
   void landLines(uint64_t k, size_t bytes) const;
 };
 

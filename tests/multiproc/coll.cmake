@@ -92,11 +92,6 @@ ferry_coll_hosts_test(coll.hosts.matrix.4x2 8 4 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.2x1 2 2 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
   "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=3")
-# Streamed ring steps (proxy/ring_hop.h) at their finest: 4 KiB slots, up
-# to 4 a message, 4 KiB pieces, 3 channels: every size of the quick matrix
-# crosses as streamed messages of 2-4 slots, inline ones and lone slots.
-ferry_coll_hosts_test(coll.hosts.matrix.stream.2x2 4 2 matrix_quick
-  "FERRY_COLL_SLOTS=8;FERRY_COLL_SLOT_BYTES=4K;FERRY_NET_STREAM_PIECE_BYTES=4K;FERRY_COLL_CHANNELS=3;FERRY_COLL_NET_HOP_BYTES=0")
 # The full matrix's large count (2^20 + 3 elements): across hosts a
 # collective takes several channels only once each hop carries >= 128 KiB
 # (coll_engine.cc simpleCollChannels), which the quick matrix never reaches.
