@@ -256,9 +256,6 @@ for s in "$@"; do
     ;;
   esac
 done
-# A device call brings back at most 8 files from $OUT (session 43: the rest
-# are left out): when the stages left more, fold them into one archive.
-if [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
-  tar czf /tmp/device-net-logs.tgz -C "$out" . && find "$out" -type f -delete &&
-    mv /tmp/device-net-logs.tgz "$out/net-logs.tgz" && echo "device_net.sh: logs folded into $out/net-logs.tgz"
-fi
+# Run on its own (not as device_p2p.sh's hand-off, which folds at its own
+# end): keep what the call can bring back.
+[ -n "${DEVICE_NET_FROM_P2P:-}" ] || "$(dirname "$0")/fold_logs.sh" "$out"

@@ -642,7 +642,10 @@ for s in $stages; do
     done
     ;;
   *) # the network stages (netone, collnet, netsweep, ...): device_net.sh
-    "$here/device_net.sh" "$src" "$s"
+    DEVICE_NET_FROM_P2P=1 "$here/device_net.sh" "$src" "$s"
     ;;
   esac
 done
+rc=$?  # the last stage's status (an unknown stage: device_net.sh's 3)
+"$here/fold_logs.sh" "$out"
+exit $rc
