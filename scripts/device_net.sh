@@ -167,7 +167,7 @@ for s in "$@"; do
       i=$((i + 1))
       env $envs timeout 120 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 110 \
         $b/bench/ferry-bench ${NETSWEEP_OPS:-sendrecv,alltoall,all_reduce} -b ${NET_MIN:-4K} -e ${NET_MAX:-256M} \
-        -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 >"$out/netsweep-$i.txt" 2>&1
+        -f ${NET_F:-4} -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 >"$out/netsweep-$i.txt" 2>&1
       echo "--- $setting: exit $?"
       grep -E "^\[0\] +[0-9]" "$out/netsweep-$i.txt" | awk '{printf "%s %s %s | ", $2, $7, $9} END {print ""}'
     done 2>&1 | tee "$out/netsweep-summary.txt"
@@ -227,7 +227,7 @@ for s in "$@"; do
     done
     timeout 280 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 270 $b/bench/ferry-bench \
       ${COLLNET_OPS:-all_reduce,all_gather,reduce_scatter,broadcast} -b ${COLLNET_MIN:-${NET_MIN:-1M}} -e ${NET_MAX:-256M} \
-      -f 4 -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
+      -f ${NET_F:-4} -w ${NET_WARMUP:-2} -n ${NET_ITERS:-5} --inplace no --lib $b/libnccl.so.2 --compare "$nccl" \
       --rounds ${NET_ROUNDS:-1} >"$out/collnet-bench.txt" 2>&1
     echo "collnet bench exit $?"; grep -v "^\[1\]" "$out/collnet-bench.txt" | grep -v INFO | tail -40
     ;;

@@ -53,10 +53,15 @@
     "How long a send across hosts waits past FERRY_NET_STAGING_MAX_BYTES before pinning another " \
     "block anyway: a bound, so that a sender whose blocks free only after its own later calls "  \
     "never hangs.")                                                                              \
-  X(NetHelperSpinUs, "FERRY_NET_HELPER_SPIN_US", Int, "0",                                      \
-    "Socket engine: a helper thread that runs out of work keeps polling for its next chunk this " \
-    "many us before it sleeps, so the next message needs no wake-up (a sleeping thread on an "    \
-    "idle core can take tens of us to run again); costs that much CPU per burst. 0: sleep at once.") \
+  X(NetHelperSpinUs, "FERRY_NET_HELPER_SPIN_US", Int, "-1",                                     \
+    "Socket engine: a helper thread keeps polling its sockets and its queue this many us after "  \
+    "its last progress before it sleeps, so the next chunk needs no wake-up (a sleeping thread "  \
+    "on an idle core can take tens of us to run again); costs that much CPU per burst. 0: sleep " \
+    "at once; -1: 500 where the process may use 16 CPUs or more, else 0.")                       \
+  X(NetSharedHelpers, "FERRY_NET_SHARED_HELPERS", Int, "-1",                                      \
+    "Socket engine: N > 0 gives the process N helper threads shared by every connection (each "   \
+    "connection's NCCL_SOCKET_NTHREADS socket groups spread over them); 0: helper threads of "    \
+    "each connection's own (NCCL's shape); -1: a quarter of the process's CPUs, 2..8. Up to 64.") \
   X(ProxySpinUs, "FERRY_PROXY_SPIN_US", Int, "1000",                                              \
     "While network transfers or ring hops across hosts are active, the proxy thread polls "    \
     "them without sleeping, yielding the CPU between passes, until this many us pass with "     \

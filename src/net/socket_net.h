@@ -22,7 +22,8 @@
 //
 // Threading: as NetEngine says (one proxy thread per engine and its comms);
 // helper threads are private to each send/recv comm and are joined by
-// closeSend/closeRecv.
+// closeSend/closeRecv, or (FERRY_NET_SHARED_HELPERS) the engine's, shared by
+// all its comms, each of which lets go of them when it closes.
 #pragma once
 
 #include <cstdint>
@@ -46,9 +47,12 @@ struct SocketNetTuning {
   int64_t groupTimeoutMs = 30000;
   // connect() gives up (ncclSystemError) when the peer cannot be reached by then.
   int64_t connectTimeoutMs = 30000;
-  // How long an idle helper thread polls for new chunks before it sleeps;
-  // negative: FERRY_NET_HELPER_SPIN_US.
+  // How long a helper thread keeps polling after its last progress before
+  // it sleeps; negative: FERRY_NET_HELPER_SPIN_US.
   int64_t helperSpinUs = -1;
+  // Helper threads shared by every connection of the engine (0: each
+  // connection has its own); negative: FERRY_NET_SHARED_HELPERS.
+  int sharedHelpers = -1;
 };
 
 // Helper threads per connection and data sockets per thread, from
@@ -60,6 +64,13 @@ struct SocketNetLayout {
   int nSocksPerThread = 2;
 };
 SocketNetLayout resolveSocketNetLayout(const Params& params);
+
+// The helper settings an engine uses: each negative field of `given` comes
+// from its knob (FERRY_NET_HELPER_SPIN_US, FERRY_NET_SHARED_HELPERS), whose
+// -1 means automatic for a process that may run on `cores` CPUs: shared
+// helpers, a quarter of the cores (2..8), spinning 500 us with 16 cores or
+// more and not at all below. Values out of range WARN and count as -1.
+SocketNetTuning resolveSocketNetTuning(const Params& params, SocketNetTuning given, int cores);
 
 // The devices among `all` (bootstrap::listInterfaces order): one entry per
 // interface name whose name matches `spec` and whose address family matches

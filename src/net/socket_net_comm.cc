@@ -32,64 +32,93 @@ Comm::~Comm() {
   stopWorkers();
 }
 
+// Before any socket or request goes: the comm's own helpers stop and join;
+// shared ones let go of its lanes (detach returns once the thread no longer
+// touches them).
 void Comm::stopWorkers() {
-  // Release (paired with the workers' acquire in stopping()): a flag only;
-  // joining below is what orders their last accesses before our frees.
-  stop_.store(true, std::memory_order_release);
-  for (auto& w : workers_) w->wake();
-  for (auto& w : workers_) w->join();
+  if (pool_ != nullptr) {
+    for (auto& lane : lanes_) {
+      if (lane->worker != nullptr) lane->worker->detach(lane.get());
+    }
+  }
+  for (auto& w : ownWorkers_) w->stop();
   if (workersStarted_) logWorkerStats();
 }
 
-// One INFO line per comm that moved data (NET subsystem): per helper, MB
-// moved, the longest socket wait and CPU / busy wall time (WorkerStats).
+// One INFO line per comm that moved data (NET subsystem): per lane, MB
+// moved and the longest socket wait; with the comm's own helpers also their
+// CPU / busy wall / spin time (the shared helpers log theirs when the
+// engine goes).
 void Comm::logWorkerStats() const {
   if (!logEnabled(LogLevel::Info, kLogNet)) return;
   std::string line;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const WorkerStats& st = workers_[i]->stats();
-    char one[192];
-    snprintf(one, sizeof(one),
-             " [%zu: %.1f MB, wait %.2f ms on socket %d, cpu %.1f/%.1f ms, spin %.1f ms%s]", i,
-             st.bytes / 1e6, st.maxSocketWaitNs / 1e6, st.maxWaitSocket, st.cpuNs / 1e6,
-             st.busyNs / 1e6, st.spinNs / 1e6, st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    const LaneStats& ls = lanes_[i]->stats;
+    char one[224];
+    int n = snprintf(one, sizeof(one), " [%zu: %.1f MB, wait %.2f ms on socket %d", i,
+                     ls.bytes / 1e6, ls.maxSocketWaitNs / 1e6, ls.maxWaitSocket);
+    if (i < ownWorkers_.size() && n > 0 && static_cast<size_t>(n) < sizeof(one)) {
+      const WorkerStats& st = ownWorkers_[i]->stats();
+      snprintf(one + n, sizeof(one) - static_cast<size_t>(n), ", cpu %.1f/%.1f ms, spin %.1f ms%s",
+               st.cpuNs / 1e6, st.busyNs / 1e6, st.spinNs / 1e6,
+               st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
+    } else if (lanes_[i]->worker != nullptr && n > 0 && static_cast<size_t>(n) < sizeof(one)) {
+      snprintf(one + n, sizeof(one) - static_cast<size_t>(n), ", shared helper %d",
+               lanes_[i]->worker->index());
+    }
     line += one;
+    line += "]";
   }
-  FERRY_INFO(kLogNet, "net/socket: %s comm with %s closed; helpers%s", send_ ? "send" : "receive",
+  FERRY_INFO(kLogNet, "net/socket: %s comm with %s closed; lanes%s", send_ ? "send" : "receive",
              peer_.c_str(), line.c_str());
 }
 
 Status Comm::start() {
-  // Every worker exists, with its eventfd, before the first thread runs:
-  // fail() on any thread walks workers_ and wakes them all, so the vector
-  // and the descriptors must not change under it.
   const int per = layout_.nSocksPerThread;
   for (int t = 0; t < layout_.nThreads; ++t) {
     std::vector<int> fds;
     for (int s = 0; s < per; ++s) fds.push_back(data_[static_cast<size_t>(t * per + s)].fd());
-    workers_.push_back(std::make_unique<Worker>(this, t, std::move(fds), send_, helperSpinNs_));
-    FERRY_CHECK(workers_.back()->open());
+    lanes_.push_back(std::make_unique<Lane>(this, t, std::move(fds), send_));
   }
   // The helper threads start with the first message (dispatch): a
   // communicator connects to every peer on another host at init, and most
   // pairs of a large job never exchange a byte (trap 34: threads are not
   // cheap in a CUDA process).
   FERRY_INFO(kLogNet,
-             "net/socket: %s comm with %s ready: %d threads x %d sockets (threads start "
-             "with the first message)",
+             "net/socket: %s comm with %s ready: %d lanes x %d sockets (helpers start with the "
+             "first message)",
              send_ ? "send" : "recv", peer_.c_str(), layout_.nThreads, layout_.nSocksPerThread);
   return ncclSuccess;
 }
 
+// Gives every lane its worker, then attaches them: a worker thread that sees
+// one lane may call fail(), which reads every lane's worker pointer.
 bool Comm::startWorkers() {
   if (workersStarted_) return true;
   workersStarted_ = true;
-  for (auto& w : workers_) {
-    if (w->launch() != ncclSuccess) {
-      fail(ncclSystemError, "net/socket: %s comm with %s: cannot start its helper threads",
-           send_ ? "send" : "recv", peer_.c_str());
-      return false;
+  Status s = ncclSuccess;
+  for (auto& lane : lanes_) {
+    Worker* w = nullptr;
+    if (pool_ != nullptr) {
+      s = pool_->assign(&w);
+    } else {
+      ownWorkers_.push_back(std::make_unique<Worker>(lane->index, helperSpinNs_));
+      w = ownWorkers_.back().get();
+      s = w->open();
     }
+    if (s != ncclSuccess) break;
+    lane->worker = w;
+  }
+  for (auto& lane : lanes_) {
+    if (lane->worker != nullptr) lane->worker->attach(lane.get());
+  }
+  for (auto& w : ownWorkers_) {
+    if (s == ncclSuccess) s = w->launch();
+  }
+  if (s != ncclSuccess) {
+    fail(ncclSystemError, "net/socket: %s comm with %s: cannot start its helper threads",
+         send_ ? "send" : "recv", peer_.c_str());
+    return false;
   }
   return true;
 }
@@ -127,7 +156,9 @@ void Comm::failWith(Status s, bool loud, const char* fmt, va_list ap) {
   }
   // Workers sleeping in poll() must see the failure and abandon their chunks
   // so that every pending request completes.
-  for (auto& w : workers_) w->wake();
+  for (auto& lane : lanes_) {
+    if (lane->worker != nullptr) lane->worker->wake();
+  }
 }
 
 Status Comm::post(void* data, uint64_t bytes, Request** out) {
@@ -174,6 +205,7 @@ void Comm::dispatch(Request* r) {
     int sock = (nextSock_ + static_cast<int>(i)) % nData;
     uint64_t off = chunk * i;
     Task t;
+    t.lane = lanes_[static_cast<size_t>(sock / layout_.nSocksPerThread)].get();
     t.req = r;
     t.ptr = r->data + off;
     t.len = std::min(chunk, r->size - off);
@@ -184,8 +216,8 @@ void Comm::dispatch(Request* r) {
   FERRY_TRACE(kLogNet, "t=%lld us: net/socket: %s %llu (%llu bytes) to %u helper task(s)",
               traceNowUs(), send_ ? "send" : "receive", static_cast<unsigned long long>(r->seq),
               static_cast<unsigned long long>(r->size), n);
-  for (size_t w = 0; w < batches_.size(); ++w) {
-    if (!batches_[w].empty()) workers_[w]->post(&batches_[w]);
+  for (size_t l = 0; l < batches_.size(); ++l) {
+    if (!batches_[l].empty()) lanes_[l]->worker->post(&batches_[l]);
   }
 }
 

@@ -23,7 +23,10 @@
 
 #include <cstdarg>
 
+#include <poll.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -130,41 +133,78 @@ struct Request {
   std::atomic<uint32_t> failedChunks{0};
 };
 
-// A chunk of one request on one of a worker's sockets.
+class Lane;
+class Worker;
+
+// A chunk of one request on one of a lane's sockets.
 struct Task {
+  Lane* lane = nullptr;
   Request* req = nullptr;
   uint8_t* ptr = nullptr;
   uint64_t len = 0;
   uint64_t done = 0;
-  int sock = 0;  // index among the worker's sockets
+  int sock = 0;  // index among the lane's sockets
 };
 
-// What a helper thread saw, for the INFO line its comm writes when it
-// closes (where a striped connection's time goes without TRACE, trap 46):
-// bytes moved; the longest time one of its sockets had a chunk queued but
-// could not move a byte (the peer or TCP held it up); its wall time moving
-// bytes, the CPU time it got (well below the wall time: the thread was
-// runnable but not running) and its time spinning for work.
-struct WorkerStats {
+// What one lane saw, for the INFO line its comm writes when it closes
+// (where a striped connection's time goes without TRACE, trap 46): bytes
+// moved and the longest time one of its sockets had a chunk queued but could
+// not move a byte (the peer or TCP held it up).
+struct LaneStats {
   uint64_t bytes = 0;
   int64_t maxSocketWaitNs = 0;
   int maxWaitSocket = -1;  // index among the comm's data sockets
+};
+
+// What a helper thread saw: its wall time moving bytes, the CPU time it got
+// (well below the wall time: the thread was runnable but not running), its
+// time spinning for work and its sleeps that outlasted work posted meanwhile.
+struct WorkerStats {
   int64_t busyNs = 0;
   int64_t cpuNs = 0;
-  int64_t spinNs = 0;        // spent polling for new chunks (FERRY_NET_HELPER_SPIN_US)
-  uint64_t lateWakeups = 0;  // sleeps that outlasted work posted meanwhile
+  int64_t spinNs = 0;  // polling for work instead of sleeping (FERRY_NET_HELPER_SPIN_US)
+  uint64_t lateWakeups = 0;
 };
 
 // Late wake-ups of every helper thread so far (socketNetLateWakeups).
 uint64_t lateWakeups();
 
-// A helper thread owning a few data sockets of one comm (comm_worker.cc).
+// One comm's group of NCCL_NSOCKS_PERTHREAD data sockets, served by one
+// helper thread: the comm's own (per-connection helpers, NCCL's shape) or
+// one of the engine's shared ones (FERRY_NET_SHARED_HELPERS).
+class Lane {
+ public:
+  Lane(Comm* owner, int laneIndex, std::vector<int> sockets, bool isSend)
+      : comm(owner),
+        index(laneIndex),
+        fds(std::move(sockets)),
+        send(isSend),
+        queues(fds.size()),
+        blockedSinceNs(fds.size(), 0) {}
+  // Fixed at construction; `fds` are borrowed from the comm, which detaches
+  // the lane from its worker before closing them.
+  Comm* const comm;
+  const int index;
+  const std::vector<int> fds;
+  const bool send;
+  // Written by the comm's proxy thread before the lane is attached (the
+  // worker's mutex publishes it); read by any thread that wakes the lane's
+  // worker after that.
+  Worker* worker = nullptr;
+  // The worker thread's while attached; the comm's after detach() returned
+  // (its mutex orders the thread's last writes first).
+  std::vector<std::deque<Task>> queues;
+  std::vector<int64_t> blockedSinceNs;  // per socket: first would-block, 0 when moving
+  LaneStats stats;
+};
+
+// A helper thread moving the chunks queued on the sockets of its lanes
+// (worker.cc). Lanes come and go while it runs (attach / detach).
 class Worker {
  public:
-  // `fds` are borrowed: the comm owns the sockets and joins this worker
-  // before closing them. spinNs: how long the thread polls for new chunks
-  // once it has none before it sleeps in poll().
-  Worker(Comm* comm, int index, std::vector<int> fds, bool send, int64_t spinNs);
+  // spinNs: how long the thread keeps polling its sockets and its queue
+  // after its last progress before it sleeps in poll().
+  Worker(int index, int64_t spinNs);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -172,48 +212,88 @@ class Worker {
   // Creates the wake-up eventfd; launch() then starts the thread.
   [[nodiscard]] Status open();
   [[nodiscard]] Status launch();
+  bool launched() const { return thread_.joinable(); }
+  // Proxy thread: the lane's sockets join the thread's set (in order with
+  // posts: a lane's tasks are posted after its attach).
+  void attach(Lane* lane);
+  // Proxy thread: returns once the thread no longer touches the lane; its
+  // queued chunks are dropped unsettled (its comm is going away).
+  void detach(Lane* lane);
   // Proxy thread: hands over chunks (under the mutex, which publishes the
   // tasks and their requests' fields) and wakes the thread unless it is
   // awake and spinning for work.
   void post(std::vector<Task>* tasks);
   // Any thread: interrupts the worker's poll (new work, failure or stop).
   void wake();
-  void join();
-  // After join() (which orders the thread's writes before this read).
+  // Stops the thread (if it runs) and joins it.
+  void stop();
+  int index() const { return index_; }
+  // After stop() (which orders the thread's writes before this read).
   const WorkerStats& stats() const { return stats_; }
 
  private:
+  void notify();
   void run();
-  void takeIncoming();
-  bool progressSocket(int s, int64_t nowNs);
+  bool takeIncoming();
+  bool progressLane(Lane& lane, int64_t nowNs);
+  bool progressSocket(Lane& lane, int s, int64_t nowNs);
   bool progressAll(int64_t nowNs);
-  void dropAll();
-  bool spinForWork();
+  static void dropLane(Lane& lane);
+  void dropFailedLanes();
+  bool anyQueued() const;
+  void buildPollSet(nfds_t* n);
+  void spinBriefly();
   void sleepForWork();
-  void waitForWork();
+  void waitForWork(int64_t lastActiveNs);
 
-  Comm* comm_;
-  int index_;
-  std::vector<int> fds_;
-  bool send_;
-  UniqueFd wakeFd_;
+  const int index_;
   const int64_t spinNs_;
+  UniqueFd wakeFd_;
   std::mutex mu_;
-  std::vector<Task> incoming_;  // guarded by mu_
+  std::condition_variable detached_;
+  // Guarded by mu_: lanes to attach and detach, tasks to take.
+  std::vector<Lane*> attachQ_;
+  std::vector<Lane*> detachQ_;
+  std::vector<Task> incoming_;
+  std::vector<Lane*> gone_;  // detached by the thread, not yet acknowledged
+  // Set (release) by stop(); the thread's loop reads it (acquire).
+  std::atomic<bool> stop_{false};
   // The post()/sleep hand-shake (a Dekker pair, both sides seq_cst): post()
   // sets hasWork_ and then reads sleeping_; the thread sets sleeping_ and
   // then reads hasWork_ before it sleeps. At least one of them sees the
   // other's store, so either the thread finds the work or post() writes the
   // eventfd: no wake-up is lost, and a spinning thread costs post() no
-  // syscall.
+  // syscall. attach/detach/stop use the same hand-shake.
   std::atomic<bool> hasWork_{false};
   std::atomic<bool> sleeping_{true};
   // Thread-private once the thread runs.
-  std::vector<std::deque<Task>> queues_;
-  std::vector<int64_t> blockedSinceNs_;  // per socket: first would-block, 0 when moving
+  std::vector<Lane*> lanes_;
+  std::vector<pollfd> pfds_;
   WorkerStats stats_;
   std::vector<Task> scratch_;
+  std::vector<Lane*> laneScratch_;
   std::thread thread_;
+};
+
+// The engine's shared helper threads (FERRY_NET_SHARED_HELPERS > 0): every
+// comm's lanes spread over them round robin, so a few threads that stay busy
+// (and warm) serve all connections instead of a few mostly sleeping threads
+// per connection (trap 78). Proxy thread only (the engine's calls are
+// serialized).
+class WorkerPool {
+ public:
+  WorkerPool(int nThreads, int64_t spinNs);
+  // Stops and joins the threads: every comm must have detached first.
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  // The worker for a comm's next lane, its thread started on first use.
+  [[nodiscard]] Status assign(Worker** out);
+  int size() const { return static_cast<int>(workers_.size()); }
+
+ private:
+  std::vector<std::unique_ptr<Worker>> workers_;
+  size_t next_ = 0;
 };
 
 // A registered memory region (regMr); the handle given to the caller.
@@ -234,6 +314,9 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
 
   [[nodiscard]] Status start();
+  // Before the first message: serve the lanes with the engine's shared
+  // helper threads instead of the comm's own.
+  void usePool(WorkerPool* pool) { pool_ = pool; }
   bool isSend() const { return send_; }
   SocketNetLayout layout() const { return layout_; }
   const std::string& peer() const { return peer_; }
@@ -251,8 +334,6 @@ class Comm {
   void failWith(Status s, bool loud, const char* fmt, va_list ap);
   // The first failure, ncclSuccess while healthy. Acquire: pairs with fail().
   Status failure() const { return static_cast<Status>(failure_.load(std::memory_order_acquire)); }
-  // Acquire: pairs with the release store in the destructor.
-  bool stopping() const { return stop_.load(std::memory_order_acquire); }
 
  private:
   void progress();
@@ -289,12 +370,17 @@ class Comm {
   // helpers read them as usual); receives posted beyond them fail.
   bool peerClosed_ = false;
   bool workersStarted_ = false;
-  std::vector<std::vector<Task>> batches_;
+  WorkerPool* pool_ = nullptr;              // the engine's, which outlives its comms
+  std::vector<std::vector<Task>> batches_;  // per lane
   // Set once (first failure wins, compare-exchange acq_rel), read by all.
   std::atomic<int> failure_{0};
-  std::atomic<bool> stop_{false};
-  // Declared last: destroyed first, although the destructor joins them already.
-  std::vector<std::unique_ptr<Worker>> workers_;
+  // The lanes never change once start() made them (fail() on any thread
+  // walks them); each lane's worker pointer is set before any thread can
+  // see the lane (startWorkers).
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  // Per-connection helpers (no pool); declared last: destroyed first,
+  // although the destructor stops them already.
+  std::vector<std::unique_ptr<Worker>> ownWorkers_;
 };
 
 // --------------------------------------------- connection set-up (setup.cc)

@@ -36,17 +36,10 @@ uint64_t lateWakeups() {
   return gLateWakeups.load(std::memory_order_relaxed);
 }
 
-Worker::Worker(Comm* comm, int index, std::vector<int> fds, bool send, int64_t spinNs)
-    : comm_(comm),
-      index_(index),
-      fds_(std::move(fds)),
-      send_(send),
-      spinNs_(spinNs),
-      queues_(fds_.size()),
-      blockedSinceNs_(fds_.size(), 0) {}
+Worker::Worker(int index, int64_t spinNs) : index_(index), spinNs_(spinNs) {}
 
 Worker::~Worker() {
-  join();
+  stop();
 }
 
 Status Worker::open() {
@@ -64,6 +57,42 @@ Status Worker::launch() {
   return ncclSuccess;
 }
 
+void Worker::notify() {
+  // seq_cst, both: the poster's half of the hand-shake with waitForWork
+  // (see hasWork_): store the news, then look whether the thread sleeps.
+  hasWork_.store(true, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) wake();
+}
+
+void Worker::attach(Lane* lane) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attachQ_.push_back(lane);
+  }
+  notify();
+}
+
+void Worker::detach(Lane* lane) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!launched()) {
+    // No thread ever saw it: take it back from the queue.
+    attachQ_.erase(std::remove(attachQ_.begin(), attachQ_.end(), lane), attachQ_.end());
+    return;
+  }
+  detachQ_.push_back(lane);
+  lock.unlock();
+  notify();
+  lock.lock();
+  // The thread acknowledges under mu_ (gone_), which orders its last
+  // accesses to the lane before our return.
+  detached_.wait(lock, [&] {
+    auto it = std::find(gone_.begin(), gone_.end(), lane);
+    if (it == gone_.end()) return false;
+    gone_.erase(it);
+    return true;
+  });
+}
+
 void Worker::post(std::vector<Task>* tasks) {
   {
     // The mutex publishes the tasks and the request fields written before
@@ -72,10 +101,7 @@ void Worker::post(std::vector<Task>* tasks) {
     incoming_.insert(incoming_.end(), tasks->begin(), tasks->end());
   }
   tasks->clear();
-  // seq_cst, both: post()'s half of the hand-shake with waitForWork (see
-  // hasWork_): store the news, then look whether the thread sleeps.
-  hasWork_.store(true, std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_seq_cst)) wake();
+  notify();
 }
 
 void Worker::wake() {
@@ -85,26 +111,46 @@ void Worker::wake() {
   (void)n;  // EAGAIN: the counter is saturated, which already means "wake up"
 }
 
-void Worker::join() {
-  if (thread_.joinable()) thread_.join();
+void Worker::stop() {
+  if (!thread_.joinable()) return;
+  // Release (paired with the thread's acquire): a flag only; joining is
+  // what orders the thread's last writes before the caller's reads.
+  stop_.store(true, std::memory_order_release);
+  wake();
+  thread_.join();
 }
 
-void Worker::takeIncoming() {
+// Takes new lanes, tasks and departures (in that order: a lane's tasks come
+// after its attach, its departure after its last task). True when anything
+// came.
+bool Worker::takeIncoming() {
   // seq_cst (a plain release would do): cleared before the swap, so a post
   // whose tasks miss this swap leaves the flag set for the next round.
   hasWork_.store(false, std::memory_order_seq_cst);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    scratch_.swap(incoming_);
-  }
-  for (Task& t : scratch_) queues_[t.sock].push_back(t);
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool any = !attachQ_.empty() || !incoming_.empty() || !detachQ_.empty();
+  lanes_.insert(lanes_.end(), attachQ_.begin(), attachQ_.end());
+  attachQ_.clear();
+  scratch_.swap(incoming_);
+  laneScratch_.swap(detachQ_);
+  for (Task& t : scratch_) t.lane->queues[static_cast<size_t>(t.sock)].push_back(t);
   scratch_.clear();
+  if (laneScratch_.empty()) return any;
+  for (Lane* lane : laneScratch_) {
+    lanes_.erase(std::remove(lanes_.begin(), lanes_.end(), lane), lanes_.end());
+    gone_.push_back(lane);
+  }
+  laneScratch_.clear();
+  lock.unlock();
+  detached_.notify_all();
+  return any;
 }
 
-// Settles every queued chunk as failed: the requests then complete (with the
-// comm's error) and nothing here touches their buffers again.
-void Worker::dropAll() {
-  for (auto& q : queues_) {
+// Settles every chunk queued on the lane as failed: the requests then
+// complete (with the comm's error) and nothing here touches their buffers
+// again.
+void Worker::dropLane(Lane& lane) {
+  for (auto& q : lane.queues) {
     for (Task& t : q) {
       Request* r = t.req;
       // Relaxed: published by the release increment of `settled` below.
@@ -117,10 +163,19 @@ void Worker::dropAll() {
   }
 }
 
-// Moves bytes on socket `s` until it would block, its queue empties or the
-// visit's budget is spent. True when any byte moved.
-bool Worker::progressSocket(int s, int64_t nowNs) {
-  auto& q = queues_[s];
+void Worker::dropFailedLanes() {
+  for (Lane* lane : lanes_) {
+    if (lane->comm->failure() != ncclSuccess) dropLane(*lane);
+  }
+}
+
+// Moves bytes on the lane's socket `s` until it would block, its queue
+// empties or the visit's budget is spent. True when any byte moved.
+bool Worker::progressSocket(Lane& lane, int s, int64_t nowNs) {
+  auto& q = lane.queues[static_cast<size_t>(s)];
+  int64_t& blockedSince = lane.blockedSinceNs[static_cast<size_t>(s)];
+  const int fd = lane.fds[static_cast<size_t>(s)];
+  const int sockNo = lane.index * static_cast<int>(lane.fds.size()) + s;
   uint64_t budget = kVisitBytes;
   bool moved = false;
   while (!q.empty() && budget > 0) {
@@ -129,40 +184,40 @@ bool Worker::progressSocket(int s, int64_t nowNs) {
       size_t want = static_cast<size_t>(std::min(t.len - t.done, budget));
       size_t n = 0;
       int err = 0;
-      IoResult r = send_ ? sendSome(fds_[s], t.ptr + t.done, want, &n, &err)
-                         : recvSome(fds_[s], t.ptr + t.done, want, &n, &err);
+      IoResult r = lane.send ? sendSome(fd, t.ptr + t.done, want, &n, &err)
+                             : recvSome(fd, t.ptr + t.done, want, &n, &err);
       if (r == IoResult::kWouldBlock) {
-        if (!moved && blockedSinceNs_[s] == 0) blockedSinceNs_[s] = nowNs;
+        if (!moved && blockedSince == 0) blockedSince = nowNs;
         return moved;
       }
       if (r != IoResult::kProgress) {
-        comm_->fail(ncclSystemError,
-                    "net/socket: %s data socket %d (thread %d) to %s failed after %llu of %llu "
-                    "bytes of a chunk: %s",
-                    send_ ? "send" : "receive", index_ * static_cast<int>(fds_.size()) + s, index_,
-                    comm_->peer().c_str(), static_cast<unsigned long long>(t.done),
-                    static_cast<unsigned long long>(t.len),
-                    err == 0 ? "peer closed the connection" : strerror(err));
+        lane.comm->fail(ncclSystemError,
+                        "net/socket: %s data socket %d (lane %d) to %s failed after %llu of %llu "
+                        "bytes of a chunk: %s",
+                        lane.send ? "send" : "receive", sockNo, lane.index,
+                        lane.comm->peer().c_str(), static_cast<unsigned long long>(t.done),
+                        static_cast<unsigned long long>(t.len),
+                        err == 0 ? "peer closed the connection" : strerror(err));
         return moved;
       }
       t.done += n;
       budget -= std::min<uint64_t>(n, budget);
-      stats_.bytes += n;
-      if (blockedSinceNs_[s] != 0) {
-        const int64_t waited = nowNs - blockedSinceNs_[s];
-        if (waited > stats_.maxSocketWaitNs) {
-          stats_.maxSocketWaitNs = waited;
-          stats_.maxWaitSocket = index_ * static_cast<int>(fds_.size()) + s;
+      lane.stats.bytes += n;
+      if (blockedSince != 0) {
+        const int64_t waited = nowNs - blockedSince;
+        if (waited > lane.stats.maxSocketWaitNs) {
+          lane.stats.maxSocketWaitNs = waited;
+          lane.stats.maxWaitSocket = sockNo;
         }
-        blockedSinceNs_[s] = 0;
+        blockedSince = 0;
       }
       moved = true;
     }
     if (t.done < t.len) break;
     Request* r = t.req;
     FERRY_TRACE(kLogNet, "t=%lld us: net/socket: helper %d %s %llu bytes of %s %llu", traceNowUs(),
-                index_, send_ ? "wrote" : "read", static_cast<unsigned long long>(t.len),
-                send_ ? "send" : "receive", static_cast<unsigned long long>(r->seq));
+                index_, lane.send ? "wrote" : "read", static_cast<unsigned long long>(t.len),
+                lane.send ? "send" : "receive", static_cast<unsigned long long>(r->seq));
     q.pop_front();
     // Release: every byte of this chunk was written to (receive) or read
     // from (send) the caller's buffer before; the proxy's acquire load of
@@ -172,45 +227,70 @@ bool Worker::progressSocket(int s, int64_t nowNs) {
   return moved;
 }
 
-bool Worker::progressAll(int64_t now) {
+bool Worker::progressLane(Lane& lane, int64_t now) {
   bool moved = false;
-  for (size_t s = 0; s < queues_.size(); ++s) {
-    if (queues_[s].empty()) {
-      blockedSinceNs_[s] = 0;  // nothing queued: not held up
+  for (size_t s = 0; s < lane.queues.size(); ++s) {
+    if (lane.queues[s].empty()) {
+      lane.blockedSinceNs[s] = 0;  // nothing queued: not held up
       continue;
     }
-    moved |= progressSocket(static_cast<int>(s), now);
-    if (comm_->failure() != ncclSuccess) break;
+    moved |= progressSocket(lane, static_cast<int>(s), now);
+    if (lane.comm->failure() != ncclSuccess) break;
   }
   return moved;
 }
 
-// With nothing queued, polls hasWork_ for up to spinNs_: true when work came
-// (no wake-up needed), false when the time ran out or the comm stops or
-// fails (their wake() then ends the sleep that follows at once).
-bool Worker::spinForWork() {
-  if (spinNs_ <= 0) return false;
-  for (auto& q : queues_) {
-    if (!q.empty()) return false;  // waiting on a socket: poll() watches it
-  }
-  const int64_t start = steadyNowNs();
-  bool found = false;
-  for (uint32_t i = 1;; ++i) {
-    // Acquire is enough here: the tasks themselves are published by mu_.
-    if (hasWork_.load(std::memory_order_acquire)) {
-      found = true;
-      break;
-    }
-    if (comm_->stopping() || comm_->failure() != ncclSuccess) break;
-    cpuRelax();
-    if (i % 64 == 0 && steadyNowNs() - start >= spinNs_) break;
-  }
-  stats_.spinNs += steadyNowNs() - start;
-  return found;
+bool Worker::progressAll(int64_t now) {
+  bool moved = false;
+  for (Lane* lane : lanes_) moved |= progressLane(*lane, now);
+  return moved;
 }
 
-void Worker::waitForWork() {
-  if (spinForWork()) return;
+bool Worker::anyQueued() const {
+  for (const Lane* lane : lanes_) {
+    for (const auto& q : lane->queues) {
+      if (!q.empty()) return true;
+    }
+  }
+  return false;
+}
+
+// pfds_: the eventfd, then every socket with queued work.
+void Worker::buildPollSet(nfds_t* n) {
+  pfds_.clear();
+  pfds_.push_back(pollfd{wakeFd_.get(), POLLIN, 0});
+  for (const Lane* lane : lanes_) {
+    for (size_t s = 0; s < lane->queues.size(); ++s) {
+      if (lane->queues[s].empty()) continue;
+      pfds_.push_back(pollfd{lane->fds[s], static_cast<short>(lane->send ? POLLOUT : POLLIN), 0});
+    }
+  }
+  *n = static_cast<nfds_t>(pfds_.size());
+}
+
+// One round of spinning: returns as soon as work is posted or a socket with
+// queued work is ready (poll without sleeping), else after a short burst.
+void Worker::spinBriefly() {
+  const int64_t start = steadyNowNs();
+  if (anyQueued()) {
+    nfds_t n = 0;
+    buildPollSet(&n);
+    if (::poll(pfds_.data() + 1, n - 1, 0) > 0) {
+      stats_.spinNs += steadyNowNs() - start;
+      return;
+    }
+  }
+  for (int i = 0; i < 64; ++i) {
+    // Acquire is enough here: the tasks themselves are published by mu_.
+    if (hasWork_.load(std::memory_order_acquire)) break;
+    cpuRelax();
+  }
+  stats_.spinNs += steadyNowNs() - start;
+}
+
+// Spins while the last activity is younger than spinNs_, else sleeps.
+void Worker::waitForWork(int64_t lastActiveNs) {
+  if (spinNs_ > 0 && steadyNowNs() - lastActiveNs < spinNs_) return spinBriefly();
   // seq_cst, both: the thread's half of the hand-shake with post() (see
   // hasWork_): announce the sleep, then look for news posted meanwhile.
   sleeping_.store(true, std::memory_order_seq_cst);
@@ -222,18 +302,16 @@ void Worker::waitForWork() {
 
 // Sleeps until a socket with queued work is ready or the eventfd fires.
 void Worker::sleepForWork() {
-  pollfd pfds[1 + kMaxSocksPerThread];
   nfds_t n = 0;
-  pfds[n++] = pollfd{wakeFd_.get(), POLLIN, 0};
-  for (size_t s = 0; s < queues_.size(); ++s) {
-    if (queues_[s].empty()) continue;
-    pfds[n++] = pollfd{fds_[s], static_cast<short>(send_ ? POLLOUT : POLLIN), 0};
-  }
-  int rc = ::poll(pfds, n, kPollMs);
+  buildPollSet(&n);
+  int rc = ::poll(pfds_.data(), n, kPollMs);
   if (rc < 0 && errno != EINTR) {
-    comm_->fail(ncclSystemError, "net/socket: helper thread poll failed: %s", strerror(errno));
+    for (Lane* lane : lanes_) {
+      lane->comm->fail(ncclSystemError, "net/socket: helper thread poll failed: %s",
+                       strerror(errno));
+    }
   }
-  if (rc > 0 && (pfds[0].revents & POLLIN)) {
+  if (rc > 0 && (pfds_[0].revents & POLLIN)) {
     uint64_t count = 0;
     ssize_t got = read(wakeFd_.get(), &count, sizeof(count));
     (void)got;  // EAGAIN: another wake-up was already consumed; nothing lost
@@ -250,26 +328,59 @@ void Worker::sleepForWork() {
 }
 
 void Worker::run() {
-  // Acquire: pairs with the release store in Comm's destructor (a flag only;
-  // no data rides on it).
-  while (!comm_->stopping()) {
-    takeIncoming();
-    if (comm_->failure() != ncclSuccess) {
-      dropAll();
-      waitForWork();
-      continue;
-    }
+  int64_t lastActive = steadyNowNs();
+  // Acquire: pairs with the release store in stop() (a flag only).
+  while (!stop_.load(std::memory_order_acquire)) {
+    // Acquire: a flag only (mu_ publishes what it announces); skipping the
+    // mutex while nothing came keeps a spinning thread off the posters' lock.
+    if (hasWork_.load(std::memory_order_acquire) && takeIncoming()) lastActive = steadyNowNs();
+    dropFailedLanes();
     // Try the I/O first and poll only when nothing moved: a streaming socket
     // then costs one syscall per buffer-full instead of two.
     const int64_t start = steadyNowNs();
     const bool moved = progressAll(start);
-    stats_.busyNs += steadyNowNs() - start;
-    if (!moved) waitForWork();
+    const int64_t end = steadyNowNs();
+    stats_.busyNs += end - start;
+    if (moved) {
+      lastActive = end;
+    } else {
+      waitForWork(lastActive);
+    }
   }
   timespec cpu{};
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0) {
     stats_.cpuNs = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
   }
+}
+
+WorkerPool::WorkerPool(int nThreads, int64_t spinNs) {
+  for (int i = 0; i < nThreads; ++i) workers_.push_back(std::make_unique<Worker>(i, spinNs));
+}
+
+WorkerPool::~WorkerPool() {
+  std::string line;
+  for (auto& w : workers_) {
+    if (!w->launched()) continue;
+    w->stop();
+    const WorkerStats& st = w->stats();
+    char one[160];
+    snprintf(one, sizeof(one), " [%d: cpu %.1f/%.1f ms, spin %.1f ms%s]", w->index(),
+             st.cpuNs / 1e6, st.busyNs / 1e6, st.spinNs / 1e6,
+             st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
+    line += one;
+  }
+  if (!line.empty()) FERRY_INFO(kLogNet, "net/socket: shared helpers stopped;%s", line.c_str());
+}
+
+Status WorkerPool::assign(Worker** out) {
+  Worker* w = workers_[next_].get();
+  next_ = (next_ + 1) % workers_.size();
+  if (!w->launched()) {
+    FERRY_CHECK(w->open());
+    FERRY_CHECK(w->launch());
+  }
+  *out = w;
+  return ncclSuccess;
 }
 
 }  // namespace ferry::net::sock
