@@ -5,9 +5,10 @@
 //     sequence number) in isend order;
 //   - NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD data sockets: a message's
 //     bytes are cut into chunks (at least 64 KiB, at most one per socket) and
-//     spread round-robin over them; each side's helper threads (one per group
-//     of NCCL_NSOCKS_PERTHREAD sockets) move the chunks, so the proxy thread
-//     only posts work and polls counters;
+//     spread round-robin over them; on each side a helper thread per group
+//     of NCCL_NSOCKS_PERTHREAD sockets (one of the engine's shared helpers,
+//     FERRY_NET_SHARED_HELPERS, or the connection's own) moves the chunks,
+//     so the proxy thread only posts work and polls counters;
 //   - except a message of at most 64 KiB (kInlineBytes): its bytes follow
 //     its announcement on the control socket, moved by the proxy thread
 //     itself (a helper thread's wake-up on each side would cost more than

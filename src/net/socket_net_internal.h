@@ -16,8 +16,9 @@
 // data socket (base_k + i) % nData, where base advances by each message's
 // chunk count, so both ends derive the same placement from the sizes alone.
 //
-// Threading: a Comm is driven by the proxy thread (post/test/close) and its
-// helper threads (Worker); the fields each side may touch are marked below.
+// Threading: a Comm is driven by the proxy thread (post/test/close) and the
+// helper threads (Worker) that serve its lanes, its own or the engine's
+// shared ones (WorkerPool); the fields each side may touch are marked below.
 // ListenComm and Connector belong to the proxy thread only.
 #pragma once
 

@@ -145,13 +145,13 @@ void checkConnections(const Ctx& ctx, const std::string& engine) {
   printf("rank %d: %d peer(s) on other hosts connected via NET/%s\n", me, net, engine.c_str());
 }
 
-// Megabytes that the helpers of the closed socket comms of one direction
-// reported in their INFO lines ("... closed; helpers [0: 1.5 MB, ...]").
+// Megabytes that the lanes of the closed socket comms of one direction
+// reported in their INFO lines ("... closed; lanes [0: 1.5 MB, ...]").
 double helperMegabytes(const std::vector<std::string>& lines, const std::string& direction) {
   const std::string head = "net/socket: " + direction + " comm with ";
   double total = 0;
   for (const std::string& l : lines) {
-    if (l.compare(0, head.size(), head) != 0 || l.find("closed; helpers") == std::string::npos) {
+    if (l.compare(0, head.size(), head) != 0 || l.find("closed; lanes") == std::string::npos) {
       continue;
     }
     for (size_t at = l.find(" ["); at != std::string::npos; at = l.find(" [", at + 1)) {
@@ -163,8 +163,8 @@ double helperMegabytes(const std::vector<std::string>& lines, const std::string&
 }
 
 // The cross-host rounds moved megabytes through helper threads both ways,
-// so the comms closed at destroy report them (socket_net_internal.h's
-// WorkerStats).
+// so the comms closed at destroy report them per lane
+// (socket_net_internal.h's LaneStats).
 void checkHelperStats(const Ctx& ctx) {
   const std::vector<std::string> lines = infoLines(ctx);
   const double sent = helperMegabytes(lines, "send");

@@ -197,4 +197,18 @@ inline void* stuckSend(Link& l, std::vector<uint8_t>& src, int* completed) {
   return nullptr;
 }
 
+// Closes the link's receiving end while `sreq` (a send of the link) is stuck
+// in full socket buffers: the send must fail with ncclSystemError within
+// seconds.
+inline void closeReceiverUnderStuckSend(Link& l, void* sreq) {
+  const auto t0 = Clock::now();
+  ASSERT_EQ(l.recvNet->closeRecv(l.recv), ncclSuccess);
+  l.recv = nullptr;
+  Status s = ncclSuccess;
+  size_t n = 0;
+  ASSERT_TRUE(waitRequest(l.sendNet, sreq, &n, &s, 5000));
+  EXPECT_EQ(s, ncclSystemError);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+}
+
 }  // namespace ferry::net::socktest
