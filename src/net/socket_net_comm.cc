@@ -54,19 +54,19 @@ void Comm::logWorkerStats() const {
   std::string line;
   for (size_t i = 0; i < lanes_.size(); ++i) {
     const LaneStats& ls = lanes_[i]->stats;
-    char one[224];
-    int n = snprintf(one, sizeof(one), " [%zu: %.1f MB, wait %.2f ms on socket %d", i,
-                     ls.bytes / 1e6, ls.maxSocketWaitNs / 1e6, ls.maxWaitSocket);
-    if (i < ownWorkers_.size() && n > 0 && static_cast<size_t>(n) < sizeof(one)) {
+    char head[96];
+    snprintf(head, sizeof(head), " [%zu: %.1f MB, wait %.2f ms on socket %d", i, ls.bytes / 1e6,
+             ls.maxSocketWaitNs / 1e6, ls.maxWaitSocket);
+    char tail[96] = "";
+    if (i < ownWorkers_.size()) {
       const WorkerStats& st = ownWorkers_[i]->stats();
-      snprintf(one + n, sizeof(one) - static_cast<size_t>(n), ", cpu %.1f/%.1f ms, spin %.1f ms%s",
-               st.cpuNs / 1e6, st.busyNs / 1e6, st.spinNs / 1e6,
-               st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
-    } else if (lanes_[i]->worker != nullptr && n > 0 && static_cast<size_t>(n) < sizeof(one)) {
-      snprintf(one + n, sizeof(one) - static_cast<size_t>(n), ", shared helper %d",
-               lanes_[i]->worker->index());
+      snprintf(tail, sizeof(tail), ", cpu %.1f/%.1f ms, spin %.1f ms%s", st.cpuNs / 1e6,
+               st.busyNs / 1e6, st.spinNs / 1e6, st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
+    } else if (lanes_[i]->worker != nullptr) {
+      snprintf(tail, sizeof(tail), ", shared helper %d", lanes_[i]->worker->index());
     }
-    line += one;
+    line += head;
+    line += tail;
     line += "]";
   }
   FERRY_INFO(kLogNet, "net/socket: %s comm with %s closed; lanes%s", send_ ? "send" : "receive",
