@@ -241,8 +241,7 @@ class Worker {
   bool progressAll(int64_t nowNs);
   static void dropLane(Lane& lane);
   void dropFailedLanes();
-  bool anyQueued() const;
-  void buildPollSet(nfds_t* n);
+  nfds_t buildPollSet();
   void spinBriefly();
   void sleepForWork();
   void waitForWork(int64_t lastActiveNs);
@@ -271,8 +270,6 @@ class Worker {
   std::vector<Lane*> lanes_;
   std::vector<pollfd> pfds_;
   WorkerStats stats_;
-  std::vector<Task> scratch_;
-  std::vector<Lane*> laneScratch_;
   std::thread thread_;
 };
 

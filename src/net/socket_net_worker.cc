@@ -120,29 +120,27 @@ void Worker::stop() {
   thread_.join();
 }
 
-// Takes new lanes, tasks and departures (in that order: a lane's tasks come
-// after its attach, its departure after its last task). True when anything
-// came.
+// Takes new lanes, tasks and departures, all under mu_ and in that order: a
+// lane's tasks come after its attach, and its departure is acknowledged only
+// once nothing of it is left to place. True when anything came.
 bool Worker::takeIncoming() {
-  // seq_cst (a plain release would do): cleared before the swap, so a post
-  // whose tasks miss this swap leaves the flag set for the next round.
+  // seq_cst (a plain release would do): cleared before the take, so a post
+  // whose tasks miss this take leaves the flag set for the next round.
   hasWork_.store(false, std::memory_order_seq_cst);
   std::unique_lock<std::mutex> lock(mu_);
-  const bool any = !attachQ_.empty() || !incoming_.empty() || !detachQ_.empty();
+  const bool departures = !detachQ_.empty();
+  const bool any = !attachQ_.empty() || !incoming_.empty() || departures;
   lanes_.insert(lanes_.end(), attachQ_.begin(), attachQ_.end());
   attachQ_.clear();
-  scratch_.swap(incoming_);
-  laneScratch_.swap(detachQ_);
-  for (Task& t : scratch_) t.lane->queues[static_cast<size_t>(t.sock)].push_back(t);
-  scratch_.clear();
-  if (laneScratch_.empty()) return any;
-  for (Lane* lane : laneScratch_) {
+  for (Task& t : incoming_) t.lane->queues[static_cast<size_t>(t.sock)].push_back(t);
+  incoming_.clear();
+  for (Lane* lane : detachQ_) {
     lanes_.erase(std::remove(lanes_.begin(), lanes_.end(), lane), lanes_.end());
     gone_.push_back(lane);
   }
-  laneScratch_.clear();
+  detachQ_.clear();
   lock.unlock();
-  detached_.notify_all();
+  if (departures) detached_.notify_all();
   return any;
 }
 
@@ -246,17 +244,8 @@ bool Worker::progressAll(int64_t now) {
   return moved;
 }
 
-bool Worker::anyQueued() const {
-  for (const Lane* lane : lanes_) {
-    for (const auto& q : lane->queues) {
-      if (!q.empty()) return true;
-    }
-  }
-  return false;
-}
-
-// pfds_: the eventfd, then every socket with queued work.
-void Worker::buildPollSet(nfds_t* n) {
+// pfds_: the eventfd, then every socket with queued work; returns how many.
+nfds_t Worker::buildPollSet() {
   pfds_.clear();
   pfds_.push_back(pollfd{wakeFd_.get(), POLLIN, 0});
   for (const Lane* lane : lanes_) {
@@ -265,22 +254,16 @@ void Worker::buildPollSet(nfds_t* n) {
       pfds_.push_back(pollfd{lane->fds[s], static_cast<short>(lane->send ? POLLOUT : POLLIN), 0});
     }
   }
-  *n = static_cast<nfds_t>(pfds_.size());
+  return static_cast<nfds_t>(pfds_.size());
 }
 
-// One round of spinning: returns as soon as work is posted or a socket with
-// queued work is ready (poll without sleeping), else after a short burst.
+// One round of spinning: returns as soon as a socket with queued work is
+// ready (poll without sleeping) or work is posted, else after a short burst.
 void Worker::spinBriefly() {
   const int64_t start = steadyNowNs();
-  if (anyQueued()) {
-    nfds_t n = 0;
-    buildPollSet(&n);
-    if (::poll(pfds_.data() + 1, n - 1, 0) > 0) {
-      stats_.spinNs += steadyNowNs() - start;
-      return;
-    }
-  }
-  for (int i = 0; i < 64; ++i) {
+  const nfds_t n = buildPollSet();
+  const bool ready = n > 1 && ::poll(pfds_.data() + 1, n - 1, 0) > 0;
+  for (int i = 0; !ready && i < 64; ++i) {
     // Acquire is enough here: the tasks themselves are published by mu_.
     if (hasWork_.load(std::memory_order_acquire)) break;
     cpuRelax();
@@ -302,9 +285,7 @@ void Worker::waitForWork(int64_t lastActiveNs) {
 
 // Sleeps until a socket with queued work is ready or the eventfd fires.
 void Worker::sleepForWork() {
-  nfds_t n = 0;
-  buildPollSet(&n);
-  int rc = ::poll(pfds_.data(), n, kPollMs);
+  int rc = ::poll(pfds_.data(), buildPollSet(), kPollMs);
   if (rc < 0 && errno != EINTR) {
     for (Lane* lane : lanes_) {
       lane->comm->fail(ncclSystemError, "net/socket: helper thread poll failed: %s",
