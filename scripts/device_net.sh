@@ -14,6 +14,7 @@ shift
 out=${OUT:-$PWD/device-out}
 mkdir -p "$out"
 b=/tmp/fb
+run="$b/tools/ferry-run/ferry-run -n 2 --runtime cuda"
 export NCCL_NVLS_ENABLE=0
 nccl=$(find / -name libnccl.so.2 -path '*nvidia/nccl*' 2>/dev/null | head -1)
 stage() { echo "=== $1 ($(date +%T))"; }
