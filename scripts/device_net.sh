@@ -5,7 +5,7 @@
 # of device_p2p.sh, which hands it every stage it does not run itself, so
 # callers name these stages there as before.
 # Usage: scripts/device_net.sh SRC_DIR stage...
-#   stages: netone tcpprobe netgap netwarm netoverlap netsweep netdiag netlat
+#   stages: netone tcpprobe netstreams netgap netwarm netoverlap netsweep netdiag netlat
 #           collnet kernelnet netturn netturnload netmsgcost hoststage netnsys
 # Expects device_p2p.sh's build in /tmp/fb; logs go to $OUT.
 set -uo pipefail
@@ -142,6 +142,27 @@ for s in "$@"; do
       timeout 60 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 55 $b/bench/ferry-bench \
         sendrecv,alltoall -b 4M -e 64M -f 4 -w 2 -n 10 --inplace no -c 0 --lib $b/libnccl.so.2 >/dev/null 2>&1
     done
+    ;;
+  netstreams)
+    # Issue 17's "80% of a raw probe with the same number of streams":
+    # Ferry's sendrecv across two emulated hosts with N data streams each
+    # way (one link, NETSTREAMS entries "N:THREADSxSOCKETS[:LINKS]"), then
+    # tcp_probe.py with N streams each way over 4 MiB (cache-hot) and 64
+    # MiB buffers, in turn, NETSTREAMS_ROUNDS times.
+    stage netstreams
+    export NCCL_SOCKET_IFNAME=lo
+    for r in $(seq 1 ${NETSTREAMS_ROUNDS:-2}); do
+      for e in ${NETSTREAMS:-1:1x1 4:4x1 4:2x2 16:4x2:2}; do
+        IFS=: read -r n tl links <<<"$e"
+        env FERRY_NET_LINKS=${links:-1} NCCL_SOCKET_NTHREADS=${tl%x*} NCCL_NSOCKS_PERTHREAD=${tl#*x} \
+          timeout 120 $b/tools/ferry-run/ferry-run -n 2 --hosts 2 --runtime cuda --timeout 110 $b/bench/ferry-bench \
+          sendrecv -b ${NET_MIN:-4M} -e ${NET_MAX:-256M} -f ${NET_F:-4} -w ${NET_WARMUP:-10} -n ${NET_ITERS:-20} \
+          --inplace no --lib $b/libnccl.so.2 >"$out/netstreams-$n-$tl-$r.txt" 2>&1
+        echo "round $r, $n stream(s) each way ($tl x ${links:-1} link): exit $? |" \
+          "$(grep -E '^\[0\] +[0-9]' "$out/netstreams-$n-$tl-$r.txt" | awk '{printf "%s %s GB/s | ", $2, $9}')"
+        for span in 4 64; do timeout 120 python3 "$src/scripts/tcp_probe.py" --both --span $span "$n"; done
+      done
+    done 2>&1 | tee "$out/netstreams-summary.txt"
     ;;
   netoverlap)
     # Issue 17: a GEMM's slowdown beside point-to-point traffic that crosses

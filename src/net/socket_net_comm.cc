@@ -37,9 +37,13 @@ Comm::~Comm() {
 // touches them).
 void Comm::stopWorkers() {
   if (pool_ != nullptr) {
+    int detached = 0;
     for (auto& lane : lanes_) {
-      if (lane->worker != nullptr) lane->worker->detach(lane.get());
+      if (lane->worker == nullptr) continue;
+      lane->worker->detach(lane.get());
+      ++detached;
     }
+    pool_->released(detached);
   }
   for (auto& w : ownWorkers_) w->stop();
   if (workersStarted_) logWorkerStats();
@@ -47,8 +51,8 @@ void Comm::stopWorkers() {
 
 // One INFO line per comm that moved data (NET subsystem): per lane, MB
 // moved and the longest socket wait; with the comm's own helpers also their
-// CPU / busy wall / spin time (the shared helpers log theirs when the
-// engine goes).
+// CPU / busy wall / spin time (the shared helpers log theirs once every
+// comm has let go of them: WorkerPool::released).
 void Comm::logWorkerStats() const {
   if (!logEnabled(LogLevel::Info, kLogNet)) return;
   std::string line;
@@ -59,9 +63,7 @@ void Comm::logWorkerStats() const {
              ls.maxSocketWaitNs / 1e6, ls.maxWaitSocket);
     char tail[96] = "";
     if (i < ownWorkers_.size()) {
-      const WorkerStats& st = ownWorkers_[i]->stats();
-      snprintf(tail, sizeof(tail), ", cpu %.1f/%.1f ms, spin %.1f ms%s", st.cpuNs / 1e6,
-               st.busyNs / 1e6, st.spinNs / 1e6, st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
+      snprintf(tail, sizeof(tail), ", %s", describeWorkerStats(ownWorkers_[i]->stats()).c_str());
     } else if (lanes_[i]->worker != nullptr) {
       snprintf(tail, sizeof(tail), ", shared helper %d", lanes_[i]->worker->index());
     }

@@ -169,6 +169,9 @@ struct WorkerStats {
 
 // Late wake-ups of every helper thread so far (socketNetLateWakeups).
 uint64_t lateWakeups();
+// "cpu C/B ms, spin S ms" (CPU time / busy wall time), as the INFO lines
+// print a helper's statistics.
+std::string describeWorkerStats(const WorkerStats& st);
 
 // One comm's group of NCCL_NSOCKS_PERTHREAD data sockets, served by one
 // helper thread: the comm's own (per-connection helpers, NCCL's shape) or
@@ -231,6 +234,9 @@ class Worker {
   int index() const { return index_; }
   // After stop() (which orders the thread's writes before this read).
   const WorkerStats& stats() const { return stats_; }
+  // Any thread: the statistics as of the thread's last acknowledged
+  // detach (zero before any).
+  WorkerStats publishedStats();
 
  private:
   void notify();
@@ -256,6 +262,7 @@ class Worker {
   std::vector<Lane*> detachQ_;
   std::vector<Task> incoming_;
   std::vector<Lane*> gone_;  // detached by the thread, not yet acknowledged
+  WorkerStats published_;    // stats_ as of the last acknowledged detach
   // Set (release) by stop(); the thread's loop reads it (acquire).
   std::atomic<bool> stop_{false};
   // The post()/sleep hand-shake (a Dekker pair, both sides seq_cst): post()
@@ -287,11 +294,15 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
   // The worker for a comm's next lane, its thread started on first use.
   [[nodiscard]] Status assign(Worker** out);
+  // A closing comm's `lanes` assigned lanes have detached; once none is
+  // left, the threads' statistics go to one INFO line (NET).
+  void released(int lanes);
   int size() const { return static_cast<int>(workers_.size()); }
 
  private:
   std::vector<std::unique_ptr<Worker>> workers_;
   size_t next_ = 0;
+  int lanes_ = 0;  // assigned and not yet released
 };
 
 // A registered memory region (regMr); the handle given to the caller.

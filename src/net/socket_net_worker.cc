@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
+#include <string>
 #include <utility>
 
 #include "core/clock.h"
@@ -30,7 +32,21 @@ constexpr uint64_t kVisitBytes = 4ull << 20;
 
 std::atomic<uint64_t> gLateWakeups{0};
 
+// The calling thread's CPU time (only a thread can read its own cheaply).
+int64_t threadCpuNs() {
+  timespec cpu{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) != 0) return 0;
+  return static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
+}
+
 }  // namespace
+
+std::string describeWorkerStats(const WorkerStats& st) {
+  char buf[128];
+  snprintf(buf, sizeof(buf), "cpu %.1f/%.1f ms, spin %.1f ms%s", st.cpuNs / 1e6, st.busyNs / 1e6,
+           st.spinNs / 1e6, st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
+  return buf;
+}
 
 uint64_t lateWakeups() {
   return gLateWakeups.load(std::memory_order_relaxed);
@@ -139,6 +155,12 @@ bool Worker::takeIncoming() {
     gone_.push_back(lane);
   }
   detachQ_.clear();
+  if (departures) {
+    // Published with the acknowledgement: the departing comm's closer may
+    // read them (publishedStats) while the thread runs on.
+    stats_.cpuNs = threadCpuNs();
+    published_ = stats_;
+  }
   lock.unlock();
   if (departures) detached_.notify_all();
   return any;
@@ -328,10 +350,12 @@ void Worker::run() {
       waitForWork(lastActive);
     }
   }
-  timespec cpu{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0) {
-    stats_.cpuNs = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
-  }
+  stats_.cpuNs = threadCpuNs();
+}
+
+WorkerStats Worker::publishedStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_;
 }
 
 WorkerPool::WorkerPool(int nThreads, int64_t spinNs) {
@@ -339,18 +363,8 @@ WorkerPool::WorkerPool(int nThreads, int64_t spinNs) {
 }
 
 WorkerPool::~WorkerPool() {
-  std::string line;
-  for (auto& w : workers_) {
-    if (!w->launched()) continue;
-    w->stop();
-    const WorkerStats& st = w->stats();
-    char one[160];
-    snprintf(one, sizeof(one), " [%d: cpu %.1f/%.1f ms, spin %.1f ms%s]", w->index(),
-             st.cpuNs / 1e6, st.busyNs / 1e6, st.spinNs / 1e6,
-             st.lateWakeups > 0 ? ", LATE WAKE-UPS" : "");
-    line += one;
-  }
-  if (!line.empty()) FERRY_INFO(kLogNet, "net/socket: shared helpers stopped;%s", line.c_str());
+  // Every comm has detached, so released() has logged the statistics.
+  for (auto& w : workers_) w->stop();
 }
 
 Status WorkerPool::assign(Worker** out) {
@@ -360,8 +374,24 @@ Status WorkerPool::assign(Worker** out) {
     FERRY_CHECK(w->open());
     FERRY_CHECK(w->launch());
   }
+  ++lanes_;
   *out = w;
   return ncclSuccess;
+}
+
+// The engine lives as long as the process (net_registry.cc), so the pool's
+// threads are never joined in a real program: their statistics are logged
+// whenever the last lane leaves, as published with its departure.
+void WorkerPool::released(int lanes) {
+  lanes_ -= lanes;
+  if (lanes_ > 0 || !logEnabled(LogLevel::Info, kLogNet)) return;
+  std::string line;
+  for (auto& w : workers_) {
+    if (!w->launched()) continue;
+    line +=
+        " [" + std::to_string(w->index()) + ": " + describeWorkerStats(w->publishedStats()) + "]";
+  }
+  FERRY_INFO(kLogNet, "net/socket: shared helpers idle (every comm closed);%s", line.c_str());
 }
 
 }  // namespace ferry::net::sock

@@ -162,15 +162,37 @@ double helperMegabytes(const std::vector<std::string>& lines, const std::string&
   return total;
 }
 
+// Milliseconds of CPU the shared helpers reported once every comm had let
+// go of them ("shared helpers idle (...); [0: cpu 1.2/3.4 ms, ...] ..."),
+// summed over such lines; -1 when there is none.
+double sharedHelperCpuMs(const std::vector<std::string>& lines) {
+  const std::string head = "net/socket: shared helpers idle";
+  double total = -1;
+  for (const std::string& l : lines) {
+    if (l.compare(0, head.size(), head) != 0) continue;
+    total = std::max(total, 0.0);
+    for (size_t at = l.find(": cpu "); at != std::string::npos; at = l.find(": cpu ", at + 1)) {
+      total += atof(l.c_str() + at + 6);
+    }
+  }
+  return total;
+}
+
 // The cross-host rounds moved megabytes through helper threads both ways,
 // so the comms closed at destroy report them per lane
-// (socket_net_internal.h's LaneStats).
+// (socket_net_internal.h's LaneStats), and the engine's shared helpers
+// (the default) their CPU time once the last comm let go of them.
 void checkHelperStats(const Ctx& ctx) {
   const std::vector<std::string> lines = infoLines(ctx);
   const double sent = helperMegabytes(lines, "send");
   const double received = helperMegabytes(lines, "receive");
   EXPECT_TRUE(sent > 0.5, "helpers of send comms reported %.2f MB (%s)", sent, ctx.logPath.c_str());
   EXPECT_TRUE(received > 0.5, "helpers of receive comms reported %.2f MB (%s)", received,
+              ctx.logPath.c_str());
+  const char* shared = getenv("FERRY_NET_SHARED_HELPERS");
+  if (shared != nullptr && atoi(shared) == 0) return;
+  const double cpuMs = sharedHelperCpuMs(lines);
+  EXPECT_TRUE(cpuMs > 0, "shared helpers reported %.3f ms of CPU (-1: no line) (%s)", cpuMs,
               ctx.logPath.c_str());
 }
 
