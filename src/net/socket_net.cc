@@ -5,6 +5,7 @@
 
 #include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -267,7 +268,20 @@ int usableCores() {
   return std::max(1, CPU_COUNT(&set));
 }
 
+int onlineCores() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 && n < (1L << 20) ? static_cast<int>(n) : 1;
+}
+
 }  // namespace
+
+int helperCpuBudget(int maskCpus, int onlineCpus, int ranksOnHost) {
+  const int mask = std::max(1, maskCpus);
+  const int ranks = std::max(1, ranksOnHost);
+  // 64-bit: a large host times many ranks must not overflow.
+  if (static_cast<int64_t>(mask) * ranks <= std::max(1, onlineCpus)) return mask;
+  return std::max(1, mask / ranks);
+}
 
 SocketNetTuning resolveSocketNetTuning(const Params& params, SocketNetTuning given, int cores) {
   SocketNetTuning t = given;
@@ -380,10 +394,15 @@ Status createSocketNet(const Params& params, const SocketNetTuning& tuning,
     list += " [" + std::to_string(i) + "]" + d.iface.name + ":" + d.iface.addr.hostString();
     devices.push_back(std::move(d));
   }
-  const SocketNetTuning tuned = resolveSocketNetTuning(params, tuning, usableCores());
-  char helpers[64];
+  const int mask = usableCores();
+  const int budget = helperCpuBudget(mask, onlineCores(), tuning.ranksOnHost);
+  const SocketNetTuning tuned = resolveSocketNetTuning(params, tuning, budget);
+  char helpers[160];
   if (tuned.sharedHelpers > 0) {
-    snprintf(helpers, sizeof(helpers), "%d shared helper threads", tuned.sharedHelpers);
+    snprintf(helpers, sizeof(helpers),
+             "%d shared helper threads (for %d CPUs: %d in this process's mask, %d rank(s) on "
+             "this host)",
+             tuned.sharedHelpers, budget, mask, std::max(1, tuning.ranksOnHost));
   } else {
     snprintf(helpers, sizeof(helpers), "a helper thread per group");
   }

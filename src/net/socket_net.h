@@ -54,7 +54,17 @@ struct SocketNetTuning {
   // Helper threads shared by every connection of the engine (0: each
   // connection has its own); negative: FERRY_NET_SHARED_HELPERS.
   int sharedHelpers = -1;
+  // Ranks of the creating communicator on this host, each a process that
+  // may start its own helpers (helperCpuBudget).
+  int ranksOnHost = 1;
 };
+
+// The CPUs the automatic helper settings count on: the process's affinity
+// mask (`maskCpus`), shared with the other ranks on this host when their
+// masks must overlap, i.e. when together they claim more CPUs than the
+// machine has online (unbound processes all see every CPU); a process bound
+// to its own share keeps it. At least 1.
+int helperCpuBudget(int maskCpus, int onlineCpus, int ranksOnHost);
 
 // Helper threads per connection and data sockets per thread, from
 // NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: 0 means the default (4
@@ -68,7 +78,7 @@ SocketNetLayout resolveSocketNetLayout(const Params& params);
 
 // The helper settings an engine uses: each negative field of `given` comes
 // from its knob (FERRY_NET_HELPER_SPIN_US, FERRY_NET_SHARED_HELPERS), whose
-// -1 means automatic for a process that may run on `cores` CPUs: shared
+// -1 means automatic for a budget of `cores` CPUs (helperCpuBudget): shared
 // helpers, a quarter of the cores (2..8), spinning 500 us with 16 cores or
 // more and not at all below. Values out of range WARN and count as -1.
 SocketNetTuning resolveSocketNetTuning(const Params& params, SocketNetTuning given, int cores);

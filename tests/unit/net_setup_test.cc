@@ -205,7 +205,7 @@ TEST(NetSetup, ConnectsEveryLinkOfEveryConnection) {
 TEST(NetRegistry, RefusesAnNcclNetThatNamesNothing) {
   Params params = Params::fromValues({{"NCCL_NET", "Bogus"}, {"NCCL_NET_PLUGIN", "none"}});
   net::NetEngine* engine = reinterpret_cast<net::NetEngine*>(1);
-  EXPECT_EQ(processNetEngine(params, &engine), ncclInvalidArgument);
+  EXPECT_EQ(processNetEngine(params, 1, &engine), ncclInvalidArgument);
   EXPECT_EQ(engine, nullptr);
   const std::string why = lastWarning();
   EXPECT_NE(why.find("NCCL_NET=Bogus"), std::string::npos) << why;
