@@ -114,7 +114,7 @@ Registry& registry() {
 
 // The built-in engine, or the plugin NCCL_NET / NCCL_NET_PLUGIN ask for.
 // `where` says where it came from, for the log line.
-Status createEngine(const Params& params, int ranksOnHost, std::unique_ptr<net::NetEngine>* out,
+Status createEngine(const Params& params, int processesOnHost, std::unique_ptr<net::NetEngine>* out,
                     std::string* where) {
   const std::string& wanted = params.getString(ParamId::Net);
   if (strcasecmp(wanted.c_str(), kSocketName) != 0) {
@@ -135,7 +135,7 @@ Status createEngine(const Params& params, int ranksOnHost, std::unique_ptr<net::
     }
   }
   net::SocketNetTuning tuning;
-  tuning.ranksOnHost = ranksOnHost;
+  tuning.processesOnHost = processesOnHost;
   FERRY_CHECK(net::createSocketNet(params, tuning, out));
   *where = "built-in sockets";
   return ncclSuccess;
@@ -153,7 +153,7 @@ std::string describeDevices(net::NetEngine& engine, int count) {
 
 }  // namespace
 
-Status processNetEngine(const Params& params, int ranksOnHost, net::NetEngine** out) {
+Status processNetEngine(const Params& params, int processesOnHost, net::NetEngine** out) {
   *out = nullptr;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -170,7 +170,7 @@ Status processNetEngine(const Params& params, int ranksOnHost, net::NetEngine** 
   }
   std::unique_ptr<net::NetEngine> engine;
   std::string where;
-  FERRY_CHECK(createEngine(params, ranksOnHost, &engine, &where));
+  FERRY_CHECK(createEngine(params, processesOnHost, &engine, &where));
   int count = 0;
   FERRY_CHECK(engine->devices(&count));
   FERRY_INFO(kLogNet | kLogInit, "NET/%s : using %s, %d device%s:%s", engine->name(), where.c_str(),

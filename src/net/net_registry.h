@@ -25,10 +25,12 @@ namespace ferry {
 
 // The process's engine, created on the first call. On failure nothing is
 // kept, so a later call tries again. The engine lives until the process
-// ends and is never destroyed (net_registry.cc says why). `ranksOnHost`:
-// the calling communicator's ranks on this host, which share its CPUs with
-// the built-in engine's helper threads (net/socket_net.h, helperCpuBudget).
-[[nodiscard]] Status processNetEngine(const Params& params, int ranksOnHost, net::NetEngine** out);
+// ends and is never destroyed (net_registry.cc says why). `processesOnHost`:
+// the processes of the calling communicator's ranks on this host, whose
+// engines' helper threads share its CPUs (net/socket_net.h,
+// helperCpuBudget).
+[[nodiscard]] Status processNetEngine(const Params& params, int processesOnHost,
+                                      net::NetEngine** out);
 
 // Whether the engine processNetEngine gave out is the built-in sockets (not a
 // net plugin); false before it gave one out.

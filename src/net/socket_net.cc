@@ -275,12 +275,12 @@ int onlineCores() {
 
 }  // namespace
 
-int helperCpuBudget(int maskCpus, int onlineCpus, int ranksOnHost) {
+int helperCpuBudget(int maskCpus, int onlineCpus, int processesOnHost) {
   const int mask = std::max(1, maskCpus);
-  const int ranks = std::max(1, ranksOnHost);
-  // 64-bit: a large host times many ranks must not overflow.
-  if (static_cast<int64_t>(mask) * ranks <= std::max(1, onlineCpus)) return mask;
-  return std::max(1, mask / ranks);
+  const int procs = std::max(1, processesOnHost);
+  // 64-bit: a large host times many processes must not overflow.
+  if (static_cast<int64_t>(mask) * procs <= std::max(1, onlineCpus)) return mask;
+  return std::max(1, mask / procs);
 }
 
 SocketNetTuning resolveSocketNetTuning(const Params& params, SocketNetTuning given, int cores) {
@@ -395,14 +395,14 @@ Status createSocketNet(const Params& params, const SocketNetTuning& tuning,
     devices.push_back(std::move(d));
   }
   const int mask = usableCores();
-  const int budget = helperCpuBudget(mask, onlineCores(), tuning.ranksOnHost);
+  const int budget = helperCpuBudget(mask, onlineCores(), tuning.processesOnHost);
   const SocketNetTuning tuned = resolveSocketNetTuning(params, tuning, budget);
   char helpers[160];
   if (tuned.sharedHelpers > 0) {
     snprintf(helpers, sizeof(helpers),
-             "%d shared helper threads (for %d CPUs: %d in this process's mask, %d rank(s) on "
+             "%d shared helper threads (for %d CPUs: %d in this process's mask, %d process(es) on "
              "this host)",
-             tuned.sharedHelpers, budget, mask, std::max(1, tuning.ranksOnHost));
+             tuned.sharedHelpers, budget, mask, std::max(1, tuning.processesOnHost));
   } else {
     snprintf(helpers, sizeof(helpers), "a helper thread per group");
   }

@@ -54,17 +54,17 @@ struct SocketNetTuning {
   // Helper threads shared by every connection of the engine (0: each
   // connection has its own); negative: FERRY_NET_SHARED_HELPERS.
   int sharedHelpers = -1;
-  // Ranks of the creating communicator on this host, each a process that
-  // may start its own helpers (helperCpuBudget).
-  int ranksOnHost = 1;
+  // Processes of the creating communicator's ranks on this host (this one
+  // included), each of which may start helpers of its own (helperCpuBudget).
+  int processesOnHost = 1;
 };
 
 // The CPUs the automatic helper settings count on: the process's affinity
-// mask (`maskCpus`), shared with the other ranks on this host when their
-// masks must overlap, i.e. when together they claim more CPUs than the
-// machine has online (unbound processes all see every CPU); a process bound
-// to its own share keeps it. At least 1.
-int helperCpuBudget(int maskCpus, int onlineCpus, int ranksOnHost);
+// mask (`maskCpus`), shared with the other processes on this host when
+// their masks must overlap, i.e. when together they claim more CPUs than
+// the machine has online (unbound processes all see every CPU); a process
+// bound to its own share keeps it. At least 1.
+int helperCpuBudget(int maskCpus, int onlineCpus, int processesOnHost);
 
 // Helper threads per connection and data sockets per thread, from
 // NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: 0 means the default (4

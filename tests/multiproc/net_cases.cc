@@ -194,10 +194,11 @@ void checkHelperStats(const Ctx& ctx) {
   const double cpuMs = sharedHelperCpuMs(lines);
   EXPECT_TRUE(cpuMs > 0, "shared helpers reported %.3f ms of CPU (-1: no line) (%s)", cpuMs,
               ctx.logPath.c_str());
-  // The engine counted the ranks of this (emulated) host as sharing its CPUs.
+  // The engine counted the processes of this (emulated) host's ranks (one
+  // each here) as sharing its CPUs.
   int onHost = 0;
   for (int r = 0; r < ctx.env.nranks; ++r) onHost += hostOf(r) == hostOf(ctx.env.rank);
-  const std::string want = ", " + std::to_string(onHost) + " rank(s) on this host)";
+  const std::string want = ", " + std::to_string(onHost) + " process(es) on this host)";
   bool found = false;
   for (const std::string& l : lines) found |= l.find(want) != std::string::npos;
   EXPECT_TRUE(found, "no engine line with \"%s\" (%s)", want.c_str(), ctx.logPath.c_str());

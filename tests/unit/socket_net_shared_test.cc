@@ -201,8 +201,8 @@ TEST(SocketNetShared, AutomaticSettings) {
   }
 }
 
-// Ranks on one host split the CPUs between their helpers only when their
-// masks must overlap (together they claim more CPUs than are online).
+// Processes on one host split the CPUs between their helpers only when
+// their masks must overlap (together they claim more CPUs than are online).
 TEST(SocketNetShared, CpuBudgetSharesAnUnboundHost) {
   EXPECT_EQ(helperCpuBudget(32, 32, 1), 32);    // one rank: its mask
   EXPECT_EQ(helperCpuBudget(192, 192, 8), 24);  // unbound: an eighth each
@@ -210,7 +210,7 @@ TEST(SocketNetShared, CpuBudgetSharesAnUnboundHost) {
   EXPECT_EQ(helperCpuBudget(24, 192, 8), 24);   // bound, disjoint: each keeps its share
   EXPECT_EQ(helperCpuBudget(4, 2, 8), 1);       // never below one
   EXPECT_EQ(helperCpuBudget(0, 0, 0), 1);       // unknown counts
-  // What the automatic settings make of it: 8 unbound ranks on 128 CPUs get
+  // What the automatic settings make of it: 8 unbound processes on 128 CPUs get
   // 4 spinning helpers each, not 8 (64 spinning threads on the host).
   const Params none = Params::fromValues({});
   SocketNetTuning t = resolveSocketNetTuning(none, SocketNetTuning{}, helperCpuBudget(128, 128, 8));
