@@ -50,9 +50,9 @@ for st in ${STAGES:-clients nccltests gpu}; do
     ;;
   p2pdiag) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/real_clients.sh" /tmp/fb p2pdiag ;;
   death) [ "$(left)" -gt 60 ] && DEATH_TIMEOUT=$(($(left) / 2 - 15)) "$here/real_clients.sh" /tmp/fb death ;;
-  memory) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" memory | tail -40 ;;
-  inittime) [ "$(left)" -gt 40 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" inittime | tail -10 ;;
-  wincoll) [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" wincoll | tail -70 ;;
+  memory) [ "$(left)" -gt 60 ] && OUT=$o/$st timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" memory | tail -40 ;;
+  inittime) [ "$(left)" -gt 40 ] && OUT=$o/$st timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" inittime | tail -10 ;;
+  wincoll) [ "$(left)" -gt 60 ] && OUT=$o/$st timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" wincoll | tail -70 ;;
   nccltests)
     wait $ntb
     if [ "$(left)" -gt 60 ]; then
@@ -66,8 +66,10 @@ for st in ${STAGES:-clients nccltests gpu}; do
       grep -E "tests passed|Failed|\*\*\*|Not Run" "$o/ctest-gpu.log" | head -30
     fi
     ;;
-  *) # any other stage of device_p2p.sh (copyov, cesplit, bench, overlap, ...)
-    [ "$(left)" -gt 60 ] && timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" "$st" | tail -70 ;;
+  *) # any other stage of device_p2p.sh (copyov, cesplit, bench, overlap, ...), its logs in a
+    # folder of their own: device_p2p.sh folds its OUT into one archive at its end, which
+    # would take the client logs from the summary (session 45)
+    [ "$(left)" -gt 60 ] && OUT=$o/$st timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" "$st" | tail -70 ;;
   esac
 done
 "$here/real_clients.sh" /tmp/fb summary
