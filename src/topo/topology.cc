@@ -72,15 +72,18 @@ Status buildTopology(const std::vector<PeerInfo>& peers, int myRank, Topology* o
   t.peers = peers;
   const int n = static_cast<int>(peers.size());
   std::set<uint64_t> hosts;
+  std::set<uint64_t> localPids;
   for (int r = 0; r < n; ++r) {
     t.links.push_back(classify(peers[myRank], peers[r], r == myRank));
     hosts.insert(peers[r].hostHash);
     if (peers[r].hostHash == peers[myRank].hostHash) {
       if (r == myRank) t.localRank = t.localRanks;
       ++t.localRanks;
+      localPids.insert(peers[r].pidHash);
     }
   }
   t.nHosts = static_cast<int>(hosts.size());
+  t.localProcesses = static_cast<int>(localPids.size());
   // v1 ring: ranks grouped by host (first appearance order), rank order inside,
   // so a ring crosses each host boundary once.
   std::vector<uint64_t> hostOrder;

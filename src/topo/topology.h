@@ -22,6 +22,8 @@ struct Topology {
   int nHosts = 0;
   int localRank = -1;  // index among ranks on my host (by rank order)
   int localRanks = 0;  // ranks on my host
+  // Processes those ranks belong to (one process may drive several GPUs).
+  int localProcesses = 0;
 };
 
 // Validates the gathered table and classifies every peer. Errors (with WARN):

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <chrono>
 #include <cstring>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -200,22 +199,12 @@ int netDevFor(net::NetEngine* engine, const Topology& t, int spread) {
   return near[(spread % n + local % n) % n];
 }
 
-// Processes on this host among the communicator's ranks (one-process
-// multi-GPU programs drive several ranks from one engine).
-static int processesOnHost(const Topology& t) {
-  std::set<uint64_t> pids;
-  for (size_t r = 0; r < t.peers.size() && r < t.links.size(); ++r) {
-    if (t.links[r] != PeerLink::OtherHost) pids.insert(t.peers[r].pidHash);
-  }
-  return std::max<int>(1, static_cast<int>(pids.size()));
-}
-
 Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out) {
   *out = nullptr;
   const Topology& t = *ctx.topology;
   const auto remote = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
   if (remote == 0) return ncclSuccess;
-  Status s = processNetEngine(*ctx.params, processesOnHost(t), out);
+  Status s = processNetEngine(*ctx.params, std::max(t.localProcesses, 1), out);
   if (ok(s)) return ncclSuccess;
   *out = nullptr;
   // A name or knob that does not exist is the user's to fix: init fails

@@ -35,11 +35,13 @@ TEST(Topology, ClassifiesEveryPeer) {
   EXPECT_EQ(t.nHosts, 2);
   EXPECT_EQ(t.localRank, 0);
   EXPECT_EQ(t.localRanks, 3);
+  EXPECT_EQ(t.localProcesses, 2);  // ranks 0 and 1 share one
   Topology t3;
   ASSERT_EQ(buildTopology(peers, 3, &t3), ncclSuccess);
   EXPECT_EQ(t3.links[0], PeerLink::OtherHost);
   EXPECT_EQ(t3.localRank, 0);
   EXPECT_EQ(t3.localRanks, 1);
+  EXPECT_EQ(t3.localProcesses, 1);
 }
 
 TEST(Topology, RingGroupsHosts) {
