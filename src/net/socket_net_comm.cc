@@ -61,14 +61,12 @@ void Comm::logWorkerStats() const {
     char head[96];
     snprintf(head, sizeof(head), " [%zu: %.1f MB, wait %.2f ms on socket %d", i, ls.bytes / 1e6,
              ls.maxSocketWaitNs / 1e6, ls.maxWaitSocket);
-    char tail[96] = "";
-    if (i < ownWorkers_.size()) {
-      snprintf(tail, sizeof(tail), ", %s", describeWorkerStats(ownWorkers_[i]->stats()).c_str());
-    } else if (lanes_[i]->worker != nullptr) {
-      snprintf(tail, sizeof(tail), ", shared helper %d", lanes_[i]->worker->index());
-    }
     line += head;
-    line += tail;
+    if (i < ownWorkers_.size()) {
+      line += ", " + describeWorkerStats(ownWorkers_[i]->stats());
+    } else if (lanes_[i]->worker != nullptr) {
+      line += ", shared helper " + std::to_string(lanes_[i]->worker->index());
+    }
     line += "]";
   }
   FERRY_INFO(kLogNet, "net/socket: %s comm with %s closed; lanes%s", send_ ? "send" : "receive",

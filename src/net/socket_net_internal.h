@@ -288,8 +288,9 @@ class Worker {
 class WorkerPool {
  public:
   WorkerPool(int nThreads, int64_t spinNs);
-  // Stops and joins the threads: every comm must have detached first.
-  ~WorkerPool();
+  // Stops and joins the threads (~Worker): every comm must have detached
+  // first, and released() has logged their statistics.
+  ~WorkerPool() = default;
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
   // The worker for a comm's next lane, its thread started on first use.

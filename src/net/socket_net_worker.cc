@@ -362,11 +362,6 @@ WorkerPool::WorkerPool(int nThreads, int64_t spinNs) {
   for (int i = 0; i < nThreads; ++i) workers_.push_back(std::make_unique<Worker>(i, spinNs));
 }
 
-WorkerPool::~WorkerPool() {
-  // Every comm has detached, so released() has logged the statistics.
-  for (auto& w : workers_) w->stop();
-}
-
 Status WorkerPool::assign(Worker** out) {
   Worker* w = workers_[next_].get();
   next_ = (next_ + 1) % workers_.size();

@@ -204,7 +204,7 @@ Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out) {
   const Topology& t = *ctx.topology;
   const auto remote = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
   if (remote == 0) return ncclSuccess;
-  Status s = processNetEngine(*ctx.params, std::max(t.localProcesses, 1), out);
+  Status s = processNetEngine(*ctx.params, t.localProcesses, out);
   if (ok(s)) return ncclSuccess;
   *out = nullptr;
   // A name or knob that does not exist is the user's to fix: init fails
