@@ -236,12 +236,17 @@ Status P2pEngine::userWaitAt(rt::Stream& stream, uint64_t* addr, uint64_t value)
 }
 
 StagingPool& P2pEngine::poolFor(const ConnectionBase& conn) {
-  std::unique_ptr<StagingPool>& p = conn.transport == TransportId::Shm ? hostPool_ : devicePool_;
-  if (!p) {
-    p = std::make_unique<StagingPool>(runtime_, conn.transport == TransportId::Shm, &proxy_->rpc(),
-                                      commKey_);
+  if (conn.transport != TransportId::Shm) return devicePool();
+  if (!hostPool_)
+    hostPool_ = std::make_unique<StagingPool>(runtime_, true, &proxy_->rpc(), commKey_);
+  return *hostPool_;
+}
+
+StagingPool& P2pEngine::devicePool() {
+  if (!devicePool_) {
+    devicePool_ = std::make_unique<StagingPool>(runtime_, false, &proxy_->rpc(), commKey_);
   }
-  return *p;
+  return *devicePool_;
 }
 
 std::vector<std::string> P2pEngine::peerProxyNames() const {
@@ -619,8 +624,11 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
   // are disjoint from the others', so the two parts are independent.
   std::vector<P2pTask> net, local;
   for (const P2pTask& t : tasks) (isNet(t) ? net : local).push_back(t);
-  // Both parts go, whatever the other's outcome: a part left out would
-  // leave its peers waiting for their timeout.
+  // Both parts go, whatever the outcome of the copies ahead or of the other
+  // part: a part left out would leave its peers waiting for their timeout
+  // (a send whose copy failed reads its own buffer, and the call fails).
+  std::vector<AheadCopy> ahead;
+  Status a = net.empty() || local.empty() ? ncclSuccess : copyAheadOfNet(net, &local, &ahead);
   Status n = net.empty() ? ncclSuccess : launchNet(net, local);
   Status l = ncclSuccess;
   if (!local.empty()) {
@@ -628,7 +636,9 @@ Status P2pEngine::launch(const std::vector<P2pTask>& tasks) {
     l = beginLocal(local, steps);
     for (int i = 1; l == ncclSuccess && i < kSteps; ++i) l = runStep(steps, static_cast<Step>(i));
   }
-  return n != ncclSuccess ? n : l;
+  Status r = releaseAhead(ahead);
+  for (Status s : {a, n, l, r}) FERRY_CHECK(s);
+  return ncclSuccess;
 }
 
 bool P2pEngine::waitFences(int64_t timeoutMs) {

@@ -151,6 +151,18 @@ class P2pEngine {
   // transfer must not share bytes with.
   [[nodiscard]] Status launchNet(const std::vector<P2pTask>& tasks,
                                  const std::vector<P2pTask>& local);
+  // A same-host send copied aside ahead of the network part (copyAheadOfNet).
+  struct AheadCopy {
+    StagingPool::Block* block = nullptr;
+    void* stream = nullptr;  // the send's user stream
+  };
+  // Same-host sends of `local` whose bytes a receive of `net` overwrites
+  // read from a copy made first, on their streams (each entry of *ahead);
+  // releaseAhead frees the copies once those streams are past the launch.
+  [[nodiscard]] Status copyAheadOfNet(const std::vector<P2pTask>& net, std::vector<P2pTask>* local,
+                                      std::vector<AheadCopy>* ahead);
+  [[nodiscard]] Status releaseAhead(std::vector<AheadCopy>& ahead);
+  StagingPool& devicePool();
   [[nodiscard]] Status prepareNet(const P2pTask& t, ConnectionBase* conn, uint64_t seq,
                                   uint64_t firstChunk, bool overlapped, NetOp* op);
   [[nodiscard]] Status submitNet(const std::vector<P2pTask>& tasks, std::vector<NetTask>& net,
@@ -244,6 +256,7 @@ class P2pEngine {
   SelfCopy selfCopy_ = SelfCopy::Beside;
   size_t selfCopyRows_ = 0;        // FERRY_P2P_SELF_COPY_ROWS (copySelf)
   bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
+  bool saidAhead_ = false;         // copyAheadOfNet's INFO line, once
   bool stageSends_ = false;        // see staging.h
   int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;         // FERRY_P2P_PUSH_WAIT_US

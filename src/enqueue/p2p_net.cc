@@ -220,6 +220,75 @@ void P2pEngine::chooseNetDirect(const P2pTask& t, ConnectionBase& conn, NetOp& o
   op.direct = static_cast<char*>(t.buffer);
 }
 
+// The network part is submitted first, and its receives make the user's
+// stream wait until they have landed; the same-host part's copies come
+// after that on the stream. So a same-host send whose bytes a network
+// receive overwrites (an in-place ring whose neighbours sit on different
+// hosts: nccl-tests' in-place sendrecv with -g N on several nodes) would
+// read the received bytes, not its own. Such a send is copied into a
+// device staging block first, on its stream, ahead of both parts, and
+// sends from there; a network receive on another stream also waits for
+// that copy. (The other way round is ordered: a network send's staging
+// copy finishes before its stream posts a same-host receive.)
+Status P2pEngine::copyAheadOfNet(const std::vector<P2pTask>& net, std::vector<P2pTask>* local,
+                                 std::vector<AheadCopy>* ahead) {
+  std::vector<void*> handles;
+  Streams streams;
+  for (P2pTask& t : *local) {
+    if (!t.isSend || t.bytes == 0 || !overlapsOpposite(t, net)) continue;
+    size_t at = 0;
+    FERRY_CHECK(streamFor(t.stream, handles, streams, &at));
+    StagingPool::Block* block = nullptr;
+    PostInfo unused;
+    FERRY_CHECK(devicePool().take(t.bytes, &block, &unused));
+    ahead->push_back(AheadCopy{block, t.stream});
+    char* copy = StagingPool::data(block);
+    FERRY_CHECK(streams[at]->copyAsync(copy, t.buffer, t.bytes));
+    std::shared_ptr<rt::Event> copied;
+    FERRY_CHECK(newEvent(&copied));
+    FERRY_CHECK(copied->record(*streams[at]));
+    for (const P2pTask& r : net) {
+      if (r.isSend || r.stream == t.stream || !overlaps(t, r)) continue;
+      size_t rs = 0;
+      FERRY_CHECK(streamFor(r.stream, handles, streams, &rs));
+      FERRY_CHECK(streams[rs]->waitEvent(*copied));
+    }
+    if (!saidAhead_) {  // once: an in-place loop would say it every call
+      saidAhead_ = true;
+      FERRY_INFO(kLogP2p,
+                 "send to peer %d (%llu bytes) shares bytes with a receive from another host in "
+                 "its group: copied aside first (so are all such sends)",
+                 t.peer, static_cast<unsigned long long>(t.bytes));
+    }
+    FERRY_TRACE(kLogP2p, "send to peer %d (%llu bytes): copied aside ahead of the network part",
+                t.peer, static_cast<unsigned long long>(t.bytes));
+    t.buffer = copy;
+  }
+  return ncclSuccess;
+}
+
+// The copies are free again once their streams have passed the launch:
+// a stream waits for its sends to finish reading (or to be staged).
+Status P2pEngine::releaseAhead(std::vector<AheadCopy>& ahead) {
+  Status first = ncclSuccess;
+  for (AheadCopy& a : ahead) {
+    std::unique_ptr<rt::Stream> s;
+    std::shared_ptr<rt::Event> passed;
+    Status st = runtime_->wrapUserStream(a.stream, &s);
+    if (st == ncclSuccess) st = newEvent(&passed);
+    if (st == ncclSuccess) st = passed->record(*s);
+    if (st == ncclSuccess) {
+      devicePool().releaseAfter(a.block, std::move(passed));
+    } else if (first == ncclSuccess) {
+      // Kept busy for the communicator's life: never reused while a copy
+      // the stream may still run could read it.
+      first = st;
+    }
+  }
+  ahead.clear();
+  return first;
+}
+
 Status P2pEngine::launchNet(const std::vector<P2pTask>& tasks, const std::vector<P2pTask>& local) {
   std::vector<void*> handles;
   Streams streams;

@@ -17,3 +17,17 @@ ferry_gpu_multidev_test(gpu.multidev.mixed.smfree mixed "FERRY_P2P_KERNEL_MAX_BY
 ferry_gpu_multidev_test(gpu.multidev.inplace inplace)
 ferry_gpu_multidev_test(gpu.multidev.inplace.eager inplace
   "CUDA_MODULE_LOADING=EAGER;FERRY_P2P_KERNEL_MAX_BYTES=0")
+# Two processes on two emulated hosts, each driving both GPUs (JAX's
+# multi-host clients: one group of ncclCommInitRank per process), every
+# case; session 46, not yet run on GPUs when written.
+function(ferry_gpu_multidev_hosts_test name case)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+            $<TARGET_FILE:ferry-run> -n 2 --hosts 2 --runtime cuda --timeout 280
+            $<TARGET_FILE:mp_multidev> ${case} 2)
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;${ARGN}")
+endfunction()
+foreach(case coll p2p mixed inplace)
+  ferry_gpu_multidev_hosts_test(gpu.multidev.hosts.${case} ${case})
+endforeach()

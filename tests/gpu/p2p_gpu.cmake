@@ -128,3 +128,12 @@ endfunction()
 ferry_gpu_net_p2p_test(gpu.p2p.net.alltoall alltoall)
 ferry_gpu_net_p2p_test(gpu.p2p.net.mixes mixes)
 ferry_gpu_net_p2p_test(gpu.p2p.net.inplace inplace FERRY_P2P_KERNEL_MAX_BYTES=0)
+# Two emulated hosts of two ranks (one GPU each on either host): an in-place
+# ring whose same-host send shares bytes with a receive from the other host
+# (the multi-node in-place sendrecv; wrong until session 46, p2p_net.cc's
+# copyAheadOfNet).
+add_test(NAME gpu.p2p.net.inplace.2x2
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 2
+          $<TARGET_FILE:ferry-run> -n 4 --runtime cuda --timeout 280 $<TARGET_FILE:mp_p2p> inplace)
+set_tests_properties(gpu.p2p.net.inplace.2x2 PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "FERRY_TEST_RANKS_PER_HOST=2;NCCL_SOCKET_IFNAME=lo")

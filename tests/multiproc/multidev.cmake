@@ -34,3 +34,25 @@ ferry_multidev_test(multidev.mixed.shm.n3 mixed 3 "NCCL_P2P_DISABLE=1")
 ferry_multidev_test(multidev.inplace.n3 inplace 3)
 ferry_multidev_test(multidev.inplace.kernel.n2 inplace 2 "NCCL_PASS_SM=0")
 ferry_multidev_test(multidev.inplace.smfree.n4 inplace 4 "FERRY_P2P_KERNEL_MAX_BYTES=0")
+
+# Several processes, each driving several devices (JAX's multi-host
+# clients): one group of ncclCommInitRank per process, then the same cases,
+# ranks of one process, of other processes and of other hosts in every
+# group. Two emulated hosts of one process x 2 devices (HOSTS 2), and two
+# processes of one host x 2 devices each (HOSTS 0).
+function(ferry_multidev_procs_test name nprocs hosts case ndev devices)
+  set(hostArgs "")
+  if(hosts GREATER 0)
+    set(hostArgs --hosts ${hosts})
+  endif()
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nprocs} ${hostArgs} --runtime host --timeout 200
+            $<TARGET_FILE:mp_multidev> ${case} ${ndev})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240 SKIP_RETURN_CODE 77
+    ENVIRONMENT "FERRY_HOST_DEVICES=${devices};NCCL_SOCKET_IFNAME=lo;${ARGN}")
+endfunction()
+foreach(case coll p2p mixed nogroup inplace)
+  ferry_multidev_procs_test(multidev.hosts.${case}.2x2 2 2 ${case} 2 2)
+endforeach()
+ferry_multidev_procs_test(multidev.procs.p2p.2x2 2 0 p2p 2 4)
+ferry_multidev_procs_test(multidev.procs.inplace.2x2 2 0 inplace 2 4)

@@ -9,6 +9,11 @@
 // CI; tests/gpu/multidev_gpu.cmake runs it on GPUs.
 //
 // Usage: mp_multidev <coll|p2p|mixed|nogroup|inplace> [ndev]   (one process, no ferry-run)
+//        ferry-run -n P [--hosts H] mp_multidev <case> ndev
+// Under ferry-run each of the P processes drives `ndev` devices (ranks
+// p*ndev .. p*ndev+ndev-1), all made in one group of ncclCommInitRank calls
+// as JAX's multi-host clients do: ranks in one process, in other processes
+// of the host and (--hosts) on other emulated hosts, in the same groups.
 // Every payload is fresh random data recomputed independently by the
 // checker; outputs are poisoned first.
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include <vector>
 
 #include "coll_util.h"
+#include "common/proc.h"
 #include "common/random.h"
 #include "ferry.h"
 #include "mp_check.h"
@@ -33,23 +39,38 @@ namespace {
 using namespace ferry::test;
 
 struct Devices {
-  int n = 0;
+  int n = 0;       // devices (communicators) of this process
+  int nranks = 0;  // ranks in all: n in one process, P x n under ferry-run
+  int first = 0;   // this process's first rank; device d is rank first + d
   int caller = 0;  // the device current whenever the library is called
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> streams, streams2;
   std::vector<World> worlds;
 };
 
+// This process's first device: processes of one host drive disjoint runs of
+// devices (rank x ndev, modulo the devices), as a real host's must.
+int gDeviceBase = 0;
+
+// Local device index d (0..n-1), i.e. the device gDeviceBase + d.
 void setDevice(int d) {
-  EXPECT_OK(ncclFerrySetDevice(d));
+  EXPECT_OK(ncclFerrySetDevice(gDeviceBase + d));
 }
 
 // The caller's device must be current again after every call.
 void expectCaller(const Devices& g, const char* after) {
   int cur = -1;
   EXPECT_OK(ncclFerryGetDevice(&cur));
-  EXPECT_TRUE(cur == g.caller, "after %s the current device is %d, expected %d", after, cur,
-              g.caller);
+  EXPECT_TRUE(cur == gDeviceBase + g.caller, "after %s the current device is %d, expected %d",
+              after, cur, gDeviceBase + g.caller);
+}
+
+// Device d's ring neighbours among all ranks.
+int nextRank(const Devices& g, int d) {
+  return (g.first + d + 1) % g.nranks;
+}
+int prevRank(const Devices& g, int d) {
+  return (g.first + d + g.nranks - 1) % g.nranks;
 }
 
 void syncAll(const Devices& g) {
@@ -64,7 +85,7 @@ void syncAll(const Devices& g) {
 void caseColl(Devices& g, Rng& rng) {
   uint64_t tag = 1;
   for (int round = 0; round < 40; ++round) {
-    CollSpec spec = randomSpec(rng, g.n, round % 5 == 4 ? (1 << 20) + 3 : 5000, tag++);
+    CollSpec spec = randomSpec(rng, g.nranks, round % 5 == 4 ? (1 << 20) + 3 : 5000, tag++);
     spec.coll = kAllColls[round % 5];
     std::vector<std::unique_ptr<CollRun>> runs;
     for (int d = 0; d < g.n; ++d) {
@@ -104,20 +125,33 @@ size_t randomBytes(Rng& rng) {
 // All-to-all with random sizes and buffer kinds: every communicator sends to
 // and receives from every other (and itself), one group over all of them,
 // the calls of each communicator in random order; on two streams per device.
+// Every process draws the same sizes, kinds and orders (one agreed seed,
+// the same draws in the same order), and makes the messages of its own
+// senders and receivers only: out[d][p] from device d to rank p, in[d][p]
+// from rank p to device d.
 void roundOfAlltoallv(Devices& g, Rng& rng, uint64_t round) {
-  const int n = g.n;
-  std::vector<std::unique_ptr<Message>> out, in;
-  std::vector<size_t> bytes(static_cast<size_t>(n) * n);
+  const int n = g.n, nr = g.nranks;
+  std::vector<std::vector<std::unique_ptr<Message>>> out(n), in(n);
+  for (int d = 0; d < n; ++d) {
+    out[d].resize(nr);
+    in[d].resize(nr);
+  }
+  std::vector<size_t> bytes(static_cast<size_t>(nr) * nr);
   for (auto& b : bytes) b = randomBytes(rng);
-  for (int s = 0; s < n; ++s) {
-    for (int r = 0; r < n; ++r) {
+  for (int s = 0; s < nr; ++s) {
+    for (int r = 0; r < nr; ++r) {
       BufferKind k = rng.below(2) ? BufferKind::Mapped : BufferKind::Plain;
-      setDevice(s);
-      out.push_back(std::make_unique<Message>(g.worlds[s], round, s, r, bytes[s * n + r], k));
-      out.back()->fillAsSender();
-      setDevice(r);
-      in.push_back(std::make_unique<Message>(g.worlds[r], round, s, r, bytes[s * n + r], k));
-      in.back()->poison();
+      const int ds = s - g.first, dr = r - g.first;
+      if (ds >= 0 && ds < n) {
+        setDevice(ds);
+        out[ds][r] = std::make_unique<Message>(g.worlds[ds], round, s, r, bytes[s * nr + r], k);
+        out[ds][r]->fillAsSender();
+      }
+      if (dr >= 0 && dr < n) {
+        setDevice(dr);
+        in[dr][s] = std::make_unique<Message>(g.worlds[dr], round, s, r, bytes[s * nr + r], k);
+        in[dr][s]->poison();
+      }
     }
   }
   for (int d = 0; d < n; ++d) {
@@ -127,18 +161,18 @@ void roundOfAlltoallv(Devices& g, Rng& rng, uint64_t round) {
   setDevice(g.caller);
   EXPECT_OK(ncclGroupStart());
   for (int d = 0; d < n; ++d) {
-    std::vector<int> order(2 * n);
-    for (int i = 0; i < 2 * n; ++i) order[i] = i;
-    for (int i = 2 * n - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+    std::vector<int> order(2 * nr);
+    for (int i = 0; i < 2 * nr; ++i) order[i] = i;
+    for (int i = 2 * nr - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
     for (int k : order) {
-      int p = k % n;
+      int p = k % nr;
       // A peer's messages stay on one stream (in-order matching per peer).
       cudaStream_t st = p % 2 ? g.streams[d] : g.streams2[d];
-      if (k < n) {
-        Message& m = *out[d * n + p];
+      if (k < nr) {
+        Message& m = *out[d][p];
         EXPECT_OK(ncclSend(m.buf.data(), m.bytes, ncclInt8, p, g.comms[d], st));
       } else {
-        Message& m = *in[p * n + d];
+        Message& m = *in[d][p];
         EXPECT_OK(ncclRecv(m.buf.data(), m.bytes, ncclInt8, p, g.comms[d], st));
       }
     }
@@ -146,9 +180,9 @@ void roundOfAlltoallv(Devices& g, Rng& rng, uint64_t round) {
   EXPECT_OK(ncclGroupEnd());
   expectCaller(g, "a group of sends and receives");
   syncAll(g);
-  for (int r = 0; r < n; ++r) {
-    setDevice(r);  // CUDA pool memory is readable with its own device current
-    for (int s = 0; s < n; ++s) in[s * n + r]->verify("multi-device alltoallv");
+  for (int d = 0; d < n; ++d) {
+    setDevice(d);  // CUDA pool memory is readable with its own device current
+    for (int s = 0; s < nr; ++s) in[d][s]->verify("multi-device alltoallv");
   }
   setDevice(g.caller);
 }
@@ -162,13 +196,13 @@ void expectPushes(const Devices& g) {
   const char* e = getenv("FERRY_TEST_EXPECT_PUSHES");
   if (e == nullptr || strcmp(e, "1") != 0) return;
   for (int d = 0; d < g.n; ++d) {
-    for (int p = 0; p < g.n; ++p) {
-      if (p == d) continue;
+    for (int p = g.first; p < g.first + g.n; ++p) {
+      if (p == g.first + d) continue;
       ncclFerryPeerStats_t st{};
       EXPECT_OK(ncclFerryCommPeerStats(g.comms[d], p, &st));
       EXPECT_TRUE(st.sendOps > 0 && st.sendZeroCopyOps == st.sendOps,
-                  "rank %d -> %d: %llu of %llu sends went straight into the receiver's buffer", d,
-                  p, st.sendZeroCopyOps, st.sendOps);
+                  "rank %d -> %d: %llu of %llu sends went straight into the receiver's buffer",
+                  g.first + d, p, st.sendZeroCopyOps, st.sendOps);
     }
   }
 }
@@ -184,7 +218,7 @@ void caseMixed(Devices& g, Rng& rng) {
   const int n = g.n;
   uint64_t tag = 500;
   for (uint64_t round = 0; round < 12; ++round) {
-    CollSpec spec = randomSpec(rng, n, 70000, tag++);
+    CollSpec spec = randomSpec(rng, g.nranks, 70000, tag++);
     spec.coll = Coll::AllReduce;
     std::vector<std::unique_ptr<CollRun>> runs;
     std::vector<std::unique_ptr<Message>> out, in;
@@ -193,10 +227,11 @@ void caseMixed(Devices& g, Rng& rng) {
       setDevice(d);
       runs.push_back(std::make_unique<CollRun>(g.worlds[d], spec));
       runs.back()->prepare(g.comms[d]);
-      out.push_back(std::make_unique<Message>(g.worlds[d], 100 + round, d, (d + 1) % n, bytes,
+      const int me = g.first + d;
+      out.push_back(std::make_unique<Message>(g.worlds[d], 100 + round, me, nextRank(g, d), bytes,
                                               BufferKind::Mapped));
       out.back()->fillAsSender();
-      in.push_back(std::make_unique<Message>(g.worlds[d], 100 + round, (d + n - 1) % n, d, bytes,
+      in.push_back(std::make_unique<Message>(g.worlds[d], 100 + round, prevRank(g, d), me, bytes,
                                              BufferKind::Plain));
       in.back()->poison();
       uploadsDone();
@@ -206,9 +241,9 @@ void caseMixed(Devices& g, Rng& rng) {
     for (int d = 0; d < n; ++d) {
       runs[d]->post(g.comms[d], g.streams[d]);
       EXPECT_OK(
-          ncclSend(out[d]->buf.data(), bytes, ncclInt8, (d + 1) % n, g.comms[d], g.streams2[d]));
+          ncclSend(out[d]->buf.data(), bytes, ncclInt8, nextRank(g, d), g.comms[d], g.streams2[d]));
       EXPECT_OK(
-          ncclRecv(in[d]->buf.data(), bytes, ncclInt8, (d + n - 1) % n, g.comms[d], g.streams2[d]));
+          ncclRecv(in[d]->buf.data(), bytes, ncclInt8, prevRank(g, d), g.comms[d], g.streams2[d]));
     }
     EXPECT_OK(ncclGroupEnd());
     expectCaller(g, "a mixed group");
@@ -235,10 +270,11 @@ void caseNoGroup(Devices& g, Rng& rng) {
     std::vector<std::unique_ptr<Message>> out, in;
     for (int d = 0; d < n; ++d) {
       setDevice(d);
-      out.push_back(std::make_unique<Message>(g.worlds[d], 300 + round, d, (d + 1) % n, bytes,
+      const int me = g.first + d;
+      out.push_back(std::make_unique<Message>(g.worlds[d], 300 + round, me, nextRank(g, d), bytes,
                                               BufferKind::Mapped));
       out.back()->fillAsSender();
-      in.push_back(std::make_unique<Message>(g.worlds[d], 300 + round, (d + n - 1) % n, d, bytes,
+      in.push_back(std::make_unique<Message>(g.worlds[d], 300 + round, prevRank(g, d), me, bytes,
                                              BufferKind::Mapped));
       in.back()->poison();
       uploadsDone();
@@ -246,14 +282,14 @@ void caseNoGroup(Devices& g, Rng& rng) {
     setDevice(g.caller);
     for (int d = 0; d < n; ++d) {
       EXPECT_OK(
-          ncclSend(out[d]->buf.data(), bytes, ncclInt8, (d + 1) % n, g.comms[d], g.streams[d]));
+          ncclSend(out[d]->buf.data(), bytes, ncclInt8, nextRank(g, d), g.comms[d], g.streams[d]));
       expectCaller(g, "ncclSend");
     }
     for (int d = 0; d < n; ++d) {
       EXPECT_OK(
-          ncclRecv(in[d]->buf.data(), bytes, ncclInt8, (d + n - 1) % n, g.comms[d], g.streams2[d]));
+          ncclRecv(in[d]->buf.data(), bytes, ncclInt8, prevRank(g, d), g.comms[d], g.streams2[d]));
     }
-    CollSpec spec = randomSpec(rng, n, 3000, 900 + round);
+    CollSpec spec = randomSpec(rng, g.nranks, 3000, 900 + round);
     spec.coll = Coll::AllReduce;
     std::vector<std::unique_ptr<CollRun>> runs;
     for (int d = 0; d < n; ++d) {
@@ -292,11 +328,14 @@ void caseInPlaceRings(Devices& g, Rng& rng) {
     const size_t bytes = base + rng.below(base / 8 + 1);
     const size_t shift = round % 2 == 1 ? std::min<size_t>(bytes / 3, 4096) : 0;
     std::vector<std::unique_ptr<TestBuffer>> bufs;
-    std::vector<std::vector<uint8_t>> mine(n, std::vector<uint8_t>(bytes));
+    // mine[d]: what device d sends; theirs[d]: what it receives.
+    std::vector<std::vector<uint8_t>> mine(n, std::vector<uint8_t>(bytes)), theirs = mine;
     for (int d = 0; d < n; ++d) {
       setDevice(d);
       bufs.push_back(std::make_unique<TestBuffer>(bytes + shift, BufferKind::Mapped));
-      expectedPayload(g.worlds[d], 600 + round, d, (d + 1) % n, mine[d].data(), bytes);
+      const int me = g.first + d;
+      expectedPayload(g.worlds[d], 600 + round, me, nextRank(g, d), mine[d].data(), bytes);
+      expectedPayload(g.worlds[d], 600 + round, prevRank(g, d), me, theirs[d].data(), bytes);
       std::vector<uint8_t> init(bytes + shift, 0xa5);
       std::copy(mine[d].begin(), mine[d].end(), init.begin());
       bufs[d]->upload(init.data(), init.size());
@@ -306,8 +345,8 @@ void caseInPlaceRings(Devices& g, Rng& rng) {
     EXPECT_OK(ncclGroupStart());
     for (int d = 0; d < n; ++d) {
       auto* p = static_cast<uint8_t*>(bufs[d]->data());
-      EXPECT_OK(ncclSend(p, bytes, ncclInt8, (d + 1) % n, g.comms[d], g.streams[d]));
-      EXPECT_OK(ncclRecv(p + shift, bytes, ncclInt8, (d + n - 1) % n, g.comms[d], g.streams[d]));
+      EXPECT_OK(ncclSend(p, bytes, ncclInt8, nextRank(g, d), g.comms[d], g.streams[d]));
+      EXPECT_OK(ncclRecv(p + shift, bytes, ncclInt8, prevRank(g, d), g.comms[d], g.streams[d]));
     }
     EXPECT_OK(ncclGroupEnd());
     expectCaller(g, "an in-place group");
@@ -316,18 +355,59 @@ void caseInPlaceRings(Devices& g, Rng& rng) {
       setDevice(d);
       std::vector<uint8_t> got(bytes + shift);
       bufs[d]->download(got.data(), got.size());
-      const std::vector<uint8_t>& theirs = mine[(d + n - 1) % n];
       size_t bad = SIZE_MAX;
       for (size_t i = 0; i < got.size() && bad == SIZE_MAX; ++i) {
-        if (got[i] != (i < shift ? mine[d][i] : theirs[i - shift])) bad = i;
+        if (got[i] != (i < shift ? mine[d][i] : theirs[d][i - shift])) bad = i;
       }
       EXPECT_TRUE(bad == SIZE_MAX,
-                  "in place: device %d, round %llu (%zu bytes, shift %zu): "
+                  "in place: rank %d, round %llu (%zu bytes, shift %zu): "
                   "byte %zu wrong",
-                  d, static_cast<unsigned long long>(round), bytes, shift, bad);
+                  g.first + d, static_cast<unsigned long long>(round), bytes, shift, bad);
     }
     setDevice(g.caller);
   }
+}
+
+// Under ferry-run: this process's communicators, one per device, made in one
+// group (ncclGetUniqueId names NCCL_COMM_ID's root on every process).
+void initProcessRanks(Devices& g, const LaunchEnv& env) {
+  g.nranks = env.nranks * g.n;
+  g.first = env.rank * g.n;
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  EXPECT_OK(ncclGroupStart());
+  for (int d = 0; d < g.n; ++d) {
+    setDevice(d);
+    EXPECT_OK(ncclCommInitRank(&g.comms[d], g.nranks, id, g.first + d));
+  }
+  setDevice(g.caller);
+  EXPECT_OK(ncclGroupEnd());
+}
+
+// One seed for every rank: the largest of their own, by an all-reduce over
+// every communicator of the process in one group (a blocking bootstrap
+// all-gather per communicator would wait for this thread's next call).
+uint64_t agreeSeed(Devices& g, uint64_t mine) {
+  std::vector<std::unique_ptr<TestBuffer>> bufs;
+  for (int d = 0; d < g.n; ++d) {
+    setDevice(d);
+    bufs.push_back(std::make_unique<TestBuffer>(sizeof(uint64_t), BufferKind::Plain));
+    bufs.back()->upload(&mine, sizeof(mine));
+    uploadsDone();
+  }
+  setDevice(g.caller);
+  EXPECT_OK(ncclGroupStart());
+  for (int d = 0; d < g.n; ++d) {
+    EXPECT_OK(ncclAllReduce(bufs[d]->data(), bufs[d]->data(), 1, ncclUint64, ncclMax, g.comms[d],
+                            g.streams[d]));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  syncAll(g);
+  uint64_t agreed = 0;
+  setDevice(0);
+  bufs[0]->download(&agreed, sizeof(agreed));
+  setDevice(g.caller);
+  return agreed;
 }
 
 }  // namespace
@@ -347,26 +427,41 @@ int main(int argc, char** argv) {
   int count = 0;
   EXPECT_OK(ncclFerryGetDeviceCount(&count));
   g.n = argc > 2 ? atoi(argv[2]) : std::min(count, 4);
-  if (g.n < 2 || g.n > count) {
-    printf("SKIPPED: needs %d devices, found %d\n", g.n, count);
+  const bool launched = getenv("FERRY_NRANKS") != nullptr;  // by ferry-run: P processes
+  const LaunchEnv env = launched ? launchEnv() : LaunchEnv{};
+  // ferry-run's LOCAL_RANK counts every rank of the machine, emulated hosts
+  // or not: the base wraps over the devices, which hosts may share.
+  if (launched && count > 0) gDeviceBase = env.rank * g.n % count;
+  if (g.n < 2 || gDeviceBase + g.n > count) {
+    printf("SKIPPED: needs %d devices, found %d\n", gDeviceBase + g.n, count);
     return 77;
   }
-  const uint64_t seed = testSeed();
-  printf("seed=%llu devices=%d\n", static_cast<unsigned long long>(seed), g.n);
+  uint64_t seed = testSeed();
   g.caller = g.n - 1;
   setDevice(g.caller);
   g.comms.resize(g.n);
-  EXPECT_OK(ncclCommInitAll(g.comms.data(), g.n, nullptr));
-  expectCaller(g, "ncclCommInitAll");
+  if (launched) {
+    initProcessRanks(g, env);
+    expectCaller(g, "a group of ncclCommInitRank");
+  } else {
+    g.nranks = g.n;
+    EXPECT_OK(ncclCommInitAll(g.comms.data(), g.n, nullptr));
+    expectCaller(g, "ncclCommInitAll");
+  }
   g.streams.resize(g.n);
   g.streams2.resize(g.n);
   for (int d = 0; d < g.n; ++d) {
     setDevice(d);
     EXPECT_OK(ncclFerryStreamCreate(&g.streams[d]));
     EXPECT_OK(ncclFerryStreamCreate(&g.streams2[d]));
-    g.worlds.push_back(World{g.comms[d], g.streams[d], d, g.n, seed});
   }
   setDevice(g.caller);
+  if (launched && gFailures == 0) seed = agreeSeed(g, seed);
+  printf("seed=%llu devices=%d ranks %d..%d of %d\n", static_cast<unsigned long long>(seed), g.n,
+         g.first, g.first + g.n - 1, g.nranks);
+  for (int d = 0; d < g.n; ++d) {
+    g.worlds.push_back(World{g.comms[d], g.streams[d], g.first + d, g.nranks, seed});
+  }
   if (gFailures == 0) {
     Rng rng(seed, 11);
     cases.at(argv[1])(g, rng);

@@ -116,6 +116,10 @@ ferry_net_p2p_test(net.p2p.alltoall.plugin6.2x1 2 1 alltoall
 # In-place exchanges across hosts (a receive into the bytes its group
 # sends): the receive copies out only after the send was staged.
 ferry_net_p2p_test(net.p2p.inplace.2x1 2 1 inplace "FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_NET_CHUNK_BYTES=64K")
+# Two ranks per host: each ring neighbour on the other side of a host
+# boundary (a same-host send sharing bytes with a receive from another host,
+# and the other way round); wrong before copyAheadOfNet (session 46).
+ferry_net_p2p_test(net.p2p.inplace.2x2 4 2 inplace)
 # FERRY_NET_GDR with the test plugin taking device memory: messages of the
 # cases' ncclMemAlloc buffers go direct (in-place ones stay staged).
 set(gdr "FERRY_NET_GDR=1;FERRY_TEST_NET_PTR_CUDA=1;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
@@ -124,6 +128,8 @@ ferry_net_p2p_test(net.p2p.gdr.stress.2x2 4 2 stress "${gdr};FERRY_NET_CHUNK_BYT
 ferry_net_p2p_test(net.p2p.gdr.mixes.2x1 2 1 mixes "${gdr};FERRY_NET_CHUNK_BYTES=16K")
 ferry_net_p2p_test(net.p2p.gdr.inplace.2x1 2 1 inplace
   "${gdr};FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_NET_CHUNK_BYTES=64K")
+# Direct receives beside same-host sends of the same bytes (copied aside).
+ferry_net_p2p_test(net.p2p.gdr.inplace.2x2 4 2 inplace "${gdr};FERRY_NET_CHUNK_BYTES=64K")
 
 # Kernel p2p across hosts (NCCL_PASS_SM=0): every message is kernel p2p,
 # lanes to the other hosts carried by the proxy's persistent hops; the test
