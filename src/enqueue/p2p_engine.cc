@@ -103,6 +103,16 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   const bool lazyCuda = cuda && ctx.runtime->lazyModuleLoading();
   const std::string& stage = ctx.params->getString(ParamId::P2pStageSends);
   e->stageSends_ = stage == "1" || (stage != "0" && lazyCuda);
+  // On a communicator spanning hosts, same-host messages that a one-host
+  // communicator sends through kernel p2p's FIFO (FERRY_P2P_KERNEL_MAX_BYTES)
+  // take the SM-free path (group.cc): staged when first, they complete
+  // without their receiver, as the FIFO (and NCCL's) lets them. Without
+  // that, a program whose small send must finish before its peer posts the
+  // receive (send, synchronize, barrier, then recv) waited until timeout.
+  if (stage != "0" && ctx.topology != nullptr && ctx.topology->nHosts > 1) {
+    e->stageSmallMax_ =
+        static_cast<uint64_t>(std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pKernelMaxBytes)));
+  }
   e->opTimeoutNs_ = ctx.params->getInt(ParamId::P2pTimeout) * 1000000000;
   e->pushWaitNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWait)) * 1000;
   e->pushWaitMinNs_ = std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pPushWaitMin)) * 1000;
@@ -142,6 +152,12 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
                "a send that arrives before its receiver is staged (lazy module loading): it "
                "never makes its stream wait for the receiver; set CUDA_MODULE_LOADING=EAGER to "
                "avoid the copy");
+  } else if (e->stageSmallMax_ > 0) {
+    FERRY_INFO(kLogP2p | kLogInit,
+               "communicator spanning hosts: a same-host send of up to %llu bytes "
+               "(FERRY_P2P_KERNEL_MAX_BYTES) that arrives before its receiver is staged, so it "
+               "completes without the receiver as kernel p2p's FIFO would let it",
+               static_cast<unsigned long long>(e->stageSmallMax_));
   }
   *out = std::move(e);
   return ncclSuccess;
@@ -307,7 +323,7 @@ Status P2pEngine::describeFirst(const P2pTask& task, bool overlapsReceive, Op& o
   info->kind = static_cast<uint32_t>(PostKind::Local);
   if (task.bytes == 0) return ncclSuccess;
   const bool local = op.conn->samePeerProcess;
-  const bool stageSend = op.send && (stageSends_ || overlapsReceive);
+  const bool stageSend = op.send && (stagesWhenFirst(task) || overlapsReceive);
   bool direct = false;
   if (!stageSend &&
       (!local || (task.peer != myRank_ && runtime_->kind() == rt::RuntimeKind::Cuda))) {
@@ -510,7 +526,8 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
 void P2pEngine::awaitStagingRoom(const P2pTask& t, Op& op) {
   constexpr int64_t kSliceNs = 50000;
   ConnectionBase& conn = *op.conn;
-  if (!stageSends_ || t.bytes == 0 || conn.samePeerProcess || conn.transport != TransportId::P2p) {
+  if (!stagesWhenFirst(t) || t.bytes == 0 || conn.samePeerProcess ||
+      conn.transport != TransportId::P2p) {
     return;
   }
   CtrlBlock& ctrl = op.ctrl();

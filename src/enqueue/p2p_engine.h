@@ -254,10 +254,12 @@ class P2pEngine {
   // the one before it does where it cannot do more.
   enum class SelfCopy { Proxy = 0, Beside = 1, After = 2, Pieces = 3 };
   SelfCopy selfCopy_ = SelfCopy::Beside;
-  size_t selfCopyRows_ = 0;        // FERRY_P2P_SELF_COPY_ROWS (copySelf)
-  bool userStreamCopy_ = false;    // FERRY_P2P_USER_STREAM_COPY
-  bool saidAhead_ = false;         // copyAheadOfNet's INFO line, once
-  bool stageSends_ = false;        // see staging.h
+  size_t selfCopyRows_ = 0;      // FERRY_P2P_SELF_COPY_ROWS (copySelf)
+  bool userStreamCopy_ = false;  // FERRY_P2P_USER_STREAM_COPY
+  bool saidAhead_ = false;       // copyAheadOfNet's INFO line, once
+  bool stageSends_ = false;      // see staging.h
+  uint64_t stageSmallMax_ = 0;   // sends up to this stage too (comms spanning hosts)
+  bool stagesWhenFirst(const P2pTask& t) const { return stageSends_ || t.bytes <= stageSmallMax_; }
   int64_t opTimeoutNs_ = 0;        // FERRY_P2P_TIMEOUT
   int64_t pushWaitNs_ = 0;         // FERRY_P2P_PUSH_WAIT_US
   int64_t pushWaitMinNs_ = 0;      // FERRY_P2P_PUSH_WAIT_MIN_US

@@ -120,6 +120,12 @@ ferry_net_p2p_test(net.p2p.inplace.2x1 2 1 inplace "FERRY_P2P_KERNEL_MAX_BYTES=0
 # boundary (a same-host send sharing bytes with a receive from another host,
 # and the other way round); wrong before copyAheadOfNet (session 46).
 ferry_net_p2p_test(net.p2p.inplace.2x2 4 2 inplace)
+# A small same-host send that must finish before its receiver posts (send,
+# synchronize, barrier, receive), as kernel p2p's FIFO lets it on one host:
+# staged when first on a communicator spanning hosts (timed out before
+# session 46); over P2P and over SHM.
+ferry_net_p2p_test(net.p2p.firstuse.2x2 4 2 firstuse)
+ferry_net_p2p_test(net.p2p.firstuse.shm.2x2 4 2 firstuse NCCL_P2P_DISABLE=1)
 # FERRY_NET_GDR with the test plugin taking device memory: messages of the
 # cases' ncclMemAlloc buffers go direct (in-place ones stay staged).
 set(gdr "FERRY_NET_GDR=1;FERRY_TEST_NET_PTR_CUDA=1;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
