@@ -306,6 +306,27 @@ bool stagedSends() {
          (onCuda() && !eager && (stage == nullptr || strcmp(stage, "0") != 0));
 }
 
+// Also staged when first: on a communicator spanning hosts, same-host sends
+// of up to FERRY_P2P_KERNEL_MAX_BYTES (4M by default; what one host's kernel
+// p2p would buffer), unless FERRY_P2P_STAGE_SENDS=0.
+bool stagedSends(const World& w, size_t bytes) {
+  if (stagedSends()) return true;
+  const char* stage = getenv("FERRY_P2P_STAGE_SENDS");
+  const int perHost = ranksPerTestHost();
+  if ((stage != nullptr && strcmp(stage, "0") == 0) || perHost == 0 || perHost >= w.nranks) {
+    return false;
+  }
+  const char* k = getenv("FERRY_P2P_KERNEL_MAX_BYTES");
+  uint64_t max = uint64_t{4} << 20;
+  if (k != nullptr) {
+    char* end = nullptr;
+    max = strtoull(k, &end, 10);
+    const int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    max <<= shift;
+  }
+  return bytes <= max;
+}
+
 // Registered/unregistered on both sides, and a registration never changes
 // results. The side that arrives second copies straight from or into the
 // first side's buffer when it can map it, else through the first side's
@@ -452,12 +473,12 @@ uint64_t selfZeroCopyOps(World& w) {
 void caseSelf(World& w) {
   const char* knob = getenv("FERRY_P2P_SELF_COPY");
   const bool selfCopy = knob == nullptr || strcmp(knob, "0") != 0;
-  const bool staged = stagedSends();
   const int me = w.rank, next = (w.rank + 1) % w.nranks, prev = (w.rank + w.nranks - 1) % w.nranks;
   cudaStream_t other = nullptr;
   EXPECT_OK(ncclFerryStreamCreate(&other));
   for (int iter = 0; iter < 8; ++iter) {
     const size_t a = (size_t{257} << 10) + 13 * static_cast<size_t>(iter), b = a + 4097;
+    const bool staged = stagedSends(w, a);
     const uint64_t r = 800 + static_cast<uint64_t>(iter) * 8;
     // 1. Pairs on two streams beside peer traffic, plus an in-place pair.
     Message s1(w, r, me, me, a, BufferKind::Plain), d1(w, r, me, me, a, BufferKind::Plain);
