@@ -245,6 +245,13 @@ std::string Communicator::failure() const {
 }
 
 void Communicator::peerFailed(int peer, const std::string& why) {
+  // Acquire: pairs with revoke()'s exchange. A revoked communicator is
+  // quiescent; its peers' revokes close their connections too.
+  if (revoked()) {
+    FERRY_INFO(kLogInit, "comm %p rank %d (revoked): peer rank %d: %s", static_cast<void*>(this),
+               rank_, peer, why.c_str());
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(failureMu_);
     if (failure_.empty()) {
@@ -279,6 +286,13 @@ Status Communicator::revoke() {
   if (p2p_) p2p_->failAll();
   Status c = shutdownColl(true);
   Status p = shutdownP2p(true);
+  // Quiescent now: NCCL's state after a revoke is ncclSuccess, so that
+  // split and shrink proceed, whatever the stopped operations reported
+  // (an SM-free message in flight fails its connection with
+  // ncclRemoteError, as do the peers' own revokes closing connections
+  // across hosts; peerFailed ignores reports from here on). Release: pairs
+  // with the acquire in asyncError().
+  asyncError_.store(ncclSuccess, std::memory_order_release);
   return c != ncclSuccess ? c : p;
 }
 

@@ -22,3 +22,20 @@ ferry_recovery_test(api.revoke.n3 3 revoke)
 ferry_recovery_test(api.simulate.n2 2 simulate)
 # Shrink's two-rank form (the abort variant drops rank 0 alone), as on 2 GPUs.
 ferry_recovery_test(api.shrink.n2 2 shrink)
+# The message revoke stops is SM-free (its connection fails with
+# ncclRemoteError): the revoked communicator still reads ncclSuccess once
+# quiescent, as NCCL says, so split and shrink proceed (session 46).
+ferry_recovery_test(api.revoke.smfree.n3 3 revoke ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+ferry_recovery_test(api.shrink.smfree.n4 4 shrink ENVIRONMENT FERRY_P2P_KERNEL_MAX_BYTES=0)
+# Across two emulated hosts of two ranks: the peers' revokes close their
+# network connections too.
+function(ferry_recovery_hosts_test name nranks case)
+  add_test(NAME ${name}
+    COMMAND $<TARGET_FILE:ferry-run> -n ${nranks} --hosts 2 --runtime host --timeout 200
+            $<TARGET_FILE:mp_recovery> ${case})
+  set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240
+    ENVIRONMENT "NCCL_SOCKET_IFNAME=lo")
+endfunction()
+ferry_recovery_hosts_test(api.revoke.hosts.2x2 4 revoke)
+ferry_recovery_hosts_test(api.shrink.hosts.2x2 4 shrink)
+ferry_recovery_hosts_test(api.scalable.hosts.2x2 4 scalable)
