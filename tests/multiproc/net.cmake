@@ -129,6 +129,9 @@ ferry_net_p2p_test(net.p2p.firstuse.shm.2x2 4 2 firstuse NCCL_P2P_DISABLE=1)
 # Self pairs beside same-host and cross-host peers (self sends across
 # groups stage when first, as the small same-host ones do).
 ferry_net_p2p_test(net.p2p.self.2x2 4 2 self)
+# An unmatched same-host send on a communicator spanning hosts times out
+# (SM-free at every size: otherwise a 1 MiB send stages and completes).
+ferry_net_p2p_test(net.p2p.timeout.2x2 4 2 timeout "FERRY_P2P_TIMEOUT=2;FERRY_P2P_KERNEL_MAX_BYTES=0")
 # FERRY_NET_GDR with the test plugin taking device memory: messages of the
 # cases' ncclMemAlloc buffers go direct (in-place ones stay staged).
 set(gdr "FERRY_NET_GDR=1;FERRY_TEST_NET_PTR_CUDA=1;NCCL_NET_PLUGIN=$<TARGET_FILE:ferry_test_net_plugin_v11>;NCCL_NET=ferrytest")
