@@ -28,6 +28,8 @@ function(ferry_gpu_multidev_hosts_test name case)
   set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;${ARGN}")
 endfunction()
-foreach(case coll p2p mixed inplace)
+foreach(case coll p2p mixed inplace threads)
   ferry_gpu_multidev_hosts_test(gpu.multidev.hosts.${case} ${case})
 endforeach()
+# A thread per GPU, each driving its own communicator (session 46).
+ferry_gpu_multidev_test(gpu.multidev.threads threads)

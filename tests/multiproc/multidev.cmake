@@ -34,6 +34,9 @@ ferry_multidev_test(multidev.mixed.shm.n3 mixed 3 "NCCL_P2P_DISABLE=1")
 ferry_multidev_test(multidev.inplace.n3 inplace 3)
 ferry_multidev_test(multidev.inplace.kernel.n2 inplace 2 "NCCL_PASS_SM=0")
 ferry_multidev_test(multidev.inplace.smfree.n4 inplace 4 "FERRY_P2P_KERNEL_MAX_BYTES=0")
+# A thread per device, each driving only its own communicator, all at once.
+ferry_multidev_test(multidev.threads.n4 threads 4)
+ferry_multidev_test(multidev.threads.smfree.n3 threads 3 "FERRY_P2P_KERNEL_MAX_BYTES=0")
 
 # Several processes, each driving several devices (JAX's multi-host
 # clients): one group of ncclCommInitRank per process, then the same cases,
@@ -51,7 +54,7 @@ function(ferry_multidev_procs_test name nprocs hosts case ndev devices)
   set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240 SKIP_RETURN_CODE 77
     ENVIRONMENT "FERRY_HOST_DEVICES=${devices};NCCL_SOCKET_IFNAME=lo;${ARGN}")
 endfunction()
-foreach(case coll p2p mixed nogroup inplace)
+foreach(case coll p2p mixed nogroup inplace threads)
   ferry_multidev_procs_test(multidev.hosts.${case}.2x2 2 2 ${case} 2 2)
 endforeach()
 ferry_multidev_procs_test(multidev.procs.p2p.2x2 2 0 p2p 2 4)

@@ -8,8 +8,10 @@
 // device that is not current: "invalid resource handle"), so this runs in
 // CI; tests/gpu/multidev_gpu.cmake runs it on GPUs.
 //
-// Usage: mp_multidev <coll|p2p|mixed|nogroup|inplace> [ndev]   (one process, no ferry-run)
+// Usage: mp_multidev <coll|p2p|mixed|nogroup|inplace|threads> [ndev]   (one process, no ferry-run)
 //        ferry-run -n P [--hosts H] mp_multidev <case> ndev
+// Case `threads` drives each communicator from a thread of its own instead,
+// all at once (a communicator used by one thread at a time, as NCCL allows).
 // Under ferry-run each of the P processes drives `ndev` devices (ranks
 // p*ndev .. p*ndev+ndev-1), all made in one group of ncclCommInitRank calls
 // as JAX's multi-host clients do: ranks in one process, in other processes
@@ -25,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coll_util.h"
@@ -410,6 +413,49 @@ uint64_t agreeSeed(Devices& g, uint64_t mine) {
   return agreed;
 }
 
+// One thread per device, each driving only its own communicator, all at
+// once (the thread-per-GPU pattern NCCL allows: a communicator is used by
+// one thread at a time, groups are per thread): rounds of an all-reduce and
+// a ring exchange of random size (every path) in a group of its own.
+void caseThreads(Devices& g, Rng& rng) {
+  const uint64_t base = rng.next();  // the same on every process
+  auto run = [&g, base](int d) {
+    setDevice(d);
+    Rng mine(base, 100 + static_cast<uint64_t>(g.first + d));
+    Rng shared(base, 99);  // the same sizes on every thread and process
+    for (uint64_t round = 0; round < 10; ++round) {
+      CollSpec spec = randomSpec(shared, g.nranks, 9000, 2000 + round);
+      spec.coll = Coll::AllReduce;
+      const size_t bytes = randomBytes(shared);
+      CollRun coll(g.worlds[d], spec);
+      coll.prepare(g.comms[d]);
+      const int me = g.first + d;
+      Message out(g.worlds[d], 700 + round, me, nextRank(g, d), bytes,
+                  mine.below(2) ? BufferKind::Mapped : BufferKind::Plain);
+      Message in(g.worlds[d], 700 + round, prevRank(g, d), me, bytes, BufferKind::Plain);
+      out.fillAsSender();
+      in.poison();
+      uploadsDone();
+      coll.post(g.comms[d], g.streams[d]);
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(
+          ncclSend(out.buf.data(), bytes, ncclInt8, nextRank(g, d), g.comms[d], g.streams2[d]));
+      EXPECT_OK(
+          ncclRecv(in.buf.data(), bytes, ncclInt8, prevRank(g, d), g.comms[d], g.streams2[d]));
+      EXPECT_OK(ncclGroupEnd());
+      coll.releaseOp(g.comms[d]);
+      EXPECT_OK(ncclFerryStreamSynchronize(g.streams[d]));
+      EXPECT_OK(ncclFerryStreamSynchronize(g.streams2[d]));
+      coll.verify();
+      in.verify("thread per device ring");
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int d = 0; d < g.n; ++d) threads.emplace_back(run, d);
+  for (auto& t : threads) t.join();
+  setDevice(g.caller);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -418,9 +464,10 @@ int main(int argc, char** argv) {
       {"p2p", caseP2p},
       {"mixed", caseMixed},
       {"nogroup", caseNoGroup},
-      {"inplace", caseInPlaceRings}};
+      {"inplace", caseInPlaceRings},
+      {"threads", caseThreads}};
   if (argc < 2 || cases.count(argv[1]) == 0) {
-    fprintf(stderr, "usage: %s <coll|p2p|mixed|nogroup|inplace> [ndev]\n", argv[0]);
+    fprintf(stderr, "usage: %s <coll|p2p|mixed|nogroup|inplace|threads> [ndev]\n", argv[0]);
     return 2;
   }
   Devices g;
