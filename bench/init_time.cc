@@ -8,7 +8,6 @@
 // context first (not counted), then times ncclGetUniqueId + ncclCommInitRank
 // (NCCL_COMM_ID rendezvous) and ncclCommDestroy. Rank 0 prints the result.
 #include <cuda_runtime.h>
-#include <dirent.h>
 #include <dlfcn.h>
 
 #include <chrono>
@@ -17,6 +16,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/proc.h"
 #include "nccl.h"
 
 namespace {
@@ -59,17 +59,6 @@ int envInt(const char* name, int fallback) {
 
 double msSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Descriptors this process holds now (sockets, eventfds, ...), -1 if unknown:
-// what a communicator's connections cost beside its init time.
-long openDescriptors() {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  long n = 0;
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;  // the directory's own descriptor
 }
 
 // One all-to-all of `bytes` per peer, waited for: the connections a
@@ -115,7 +104,7 @@ int main(int argc, char** argv) {
   }
   int version = 0;
   lib.version(&version);
-  const long fdsBefore = openDescriptors();
+  const long fdsBefore = ferry::test::countOpenFds();
   auto start = std::chrono::steady_clock::now();
   ncclUniqueId id;
   ncclResult_t r = lib.getUniqueId(&id);
@@ -126,7 +115,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "init failed: %s\n", lib.errorString(r));
     return 1;
   }
-  const long fds = openDescriptors() - fdsBefore;
+  const long fds = ferry::test::countOpenFds() - fdsBefore;
   char a2a[160] = "";
   if (a2aBytes > 0) {
     double first = 0, second = 0;
@@ -138,7 +127,7 @@ int main(int argc, char** argv) {
     }
     snprintf(a2a, sizeof(a2a),
              "; first all-to-all of %ld B %.1f ms, second %.1f ms, %ld descriptors", a2aBytes,
-             first, second, openDescriptors() - fdsBefore);
+             first, second, ferry::test::countOpenFds() - fdsBefore);
   }
   auto t = std::chrono::steady_clock::now();
   r = lib.destroy(comm);

@@ -18,6 +18,7 @@
 #include "common/buffers.h"
 #include "common/proc.h"
 #include "common/random.h"
+#include "core/params.h"
 #include "ferry.h"
 #include "mp_check.h"
 #include "nccl.h"
@@ -317,14 +318,10 @@ bool stagedSends(const World& w, size_t bytes) {
     return false;
   }
   const char* k = getenv("FERRY_P2P_KERNEL_MAX_BYTES");
-  uint64_t max = uint64_t{4} << 20;
-  if (k != nullptr) {
-    char* end = nullptr;
-    max = strtoull(k, &end, 10);
-    const int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
-    max <<= shift;
-  }
-  return bytes <= max;
+  int64_t max = int64_t{4} << 20;
+  // An unparsable value means the default, as in the library.
+  if (k != nullptr && !ferry::parseParamInt(k, &max)) max = int64_t{4} << 20;
+  return static_cast<int64_t>(bytes) <= max;
 }
 
 // Registered/unregistered on both sides, and a registration never changes
