@@ -68,7 +68,7 @@ nccl=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0
 ferry=$b/libnccl.so.2
 [ -f "$ferry" ] || { echo "no Ferry library at $ferry"; exit 1; }
 modes=${CLIENT_MODES:-nccl-lazy ferry-lazy kernel-lazy nccl-eager ferry-eager kernel-eager}
-cases=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap}
+cases=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p}
 schedules=${CLIENT_SCHEDULES:-GPipe,1F1B,Interleaved1F1B,LoopedBFS,InterleavedZeroBubble,ZBVZeroBubble,DualPipeV}
 ntsrc=${NCCL_TESTS_SRC:-$here/../.nccl-tests}  # a fetched snapshot, never committed
 ntdir=/tmp/nccl-tests-build

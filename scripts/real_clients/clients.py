@@ -35,7 +35,10 @@ torch's symmetric memory with the NCCL backend: ncclMemAlloc + window
 registration, then a checked all_reduce and send/recv ring on them),
 overlap (issue 16: bf16 8192^3 matmuls beside 40 x 256 MiB of
 batch_isend_irecv, then of all_to_all_single, from a side stream; the
-matmuls' slowdown against the same matmuls alone in the same round).
+matmuls' slowdown against the same matmuls alone in the same round),
+graph and graphp2p (torch.cuda.graph capturing the collectives, or a
+batch_isend_irecv ring and an all_reduce, replayed on new data and checked
+exactly; graph_case.py).
 CLIENT_EMULATE_HOSTS=1: each rank claims its own host (NCCL_HOSTID, read
 by both libraries) and ranks share the GPUs there are, so one GPU runs the
 suite across two emulated hosts over loopback sockets (correctness, API
@@ -57,6 +60,7 @@ import torch.nn as nn
 
 from common import (H, TIME_STEPS, Reporter, VariantGroups, ab_variants, library_in_use, mse,
                     rel_err, seeded, slowest_median, split_train, sync_max)
+import graph_case
 from pipe_case import LOOPED, SINGLE, V_SHAPED, case_pipe
 from procutil import pin_near_gpu
 
@@ -311,6 +315,17 @@ def case_blocking(rep: Reporter, rank: int, world: int, device, seed: int):
     # host_ms: the CPU time of this rank's send/recv calls in a step.
     rep.emit("blocking", ok, median_ms=slowest_median(times, device),
              host_ms=slowest_median(host, device))
+
+
+# ---- CUDA graphs (graph_case.py) ------------------------------------------------
+
+
+def case_graph(rep: Reporter, rank: int, world: int, device, seed: int):
+    graph_case.case_graph(rep, rank, world, device, seed, p2p=False)
+
+
+def case_graphp2p(rep: Reporter, rank: int, world: int, device, seed: int):
+    graph_case.case_graph(rep, rank, world, device, seed, p2p=True)
 
 
 # ---- compute beside SM-free traffic (issue 16) ---------------------------------
@@ -577,7 +592,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tag", default="run")
     ap.add_argument("--expect", choices=["ferry", "nccl", "any"], default="any")
-    ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking,overlap")
+    ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p")
     ap.add_argument("--schedules", default=",".join(SINGLE + LOOPED + V_SHAPED))
     ap.add_argument("--case-timeout", type=float, default=240)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("CLIENT_SEED", "4242")))

@@ -142,6 +142,14 @@ void CollEngine::setFailureHandler(std::function<void(int, const std::string&)> 
   onFailure_ = std::move(handler);
 }
 
+void CollEngine::startPeerHops() {
+  peerHopsIdle_ = false;
+  std::vector<RingHop*> hops;
+  for (auto& h : peers_.peerNet->hops) hops.push_back(h.get());
+  proxy_->addRingHops(this, std::move(hops),
+                      [this](int peer, const std::string& why) { hopFailed(peer, why); });
+}
+
 // A ring hop across hosts failed (proxy thread): the ring is broken for
 // good. Kernels stop at their next wait; the communicator learns why.
 void CollEngine::hopFailed(int peer, const std::string& why) {
@@ -253,12 +261,15 @@ Status CollEngine::create(const RingSetupContext& ctx, const std::vector<std::st
   }
   if (e->peers_.peerNet && !e->peers_.peerNet->hops.empty()) {
     // Kernel p2p's lanes across hosts: persistent hops, like the ring's.
-    std::vector<RingHop*> hops;
-    for (auto& h : e->peers_.peerNet->hops) hops.push_back(h.get());
+    // Stepped from now on where every message takes them (NCCL_PASS_SM=0);
+    // else they carry only captured send/recv and are stepped from the
+    // first kernel p2p launch on: until then their posted receives and
+    // proxy passes would cost the SM-free traffic of a communicator that
+    // never captures (session 47: batch 256 MiB 61-71 vs 47-64 ms across
+    // two emulated hosts with them stepped from init).
     e->proxy_ = ctx.proxy;
-    CollEngine* raw = e.get();
-    e->proxy_->addRingHops(raw, std::move(hops),
-                           [raw](int peer, const std::string& why) { raw->hopFailed(peer, why); });
+    e->peerHopsIdle_ = true;
+    if (ctx.params->getInt(ParamId::PassSm) == 0) e->startPeerHops();
   }
   if (ctx.topology->nHosts > 1) FERRY_CHECK(e->readNetTuning(ctx));
   if (!runtimeConnect || sameProcessPeers) {
@@ -528,6 +539,7 @@ Status CollEngine::launchP2p(const std::vector<P2pTask>& tasks, std::vector<P2pT
   P2pPlan plan;
   FERRY_CHECK(planP2p(use, peers_, p2pLlMaxBytes_, &plan));
   if (plan.nblocks == 0) return ncclSuccess;
+  if (peerHopsIdle_) startPeerHops();
   if (proxy_ != nullptr) proxy_->kick();  // lanes across hosts: as launch()'s ring hops
   if (connector_) {
     for (const P2pPlan::Pair& p : plan.pairs) FERRY_CHECK(connector_->ensure(p.key / 2));

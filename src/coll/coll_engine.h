@@ -187,14 +187,17 @@ class CollEngine {
   [[nodiscard]] Status copyStaged(const StagedSend& c, void* mainHandle, rt::Stream& main);
 
   void hopFailed(int peer, const std::string& why);
+  // Hands kernel p2p's lanes across hosts to the proxy (create() says when).
+  void startPeerHops();
   bool readTuning(const RingSetupContext& ctx);
   [[nodiscard]] Status readNetTuning(const RingSetupContext& ctx);
   [[nodiscard]] Status waitKernels(int64_t timeoutMs);
 
   rt::Runtime* runtime_ = nullptr;
-  RingSetupContext ctx_;    // the communicator's: lives as long as this engine
-  Proxy* proxy_ = nullptr;  // set when the ring has hops across hosts
-  std::mutex failMu_;       // guards onFailure_
+  RingSetupContext ctx_;       // the communicator's: lives as long as this engine
+  Proxy* proxy_ = nullptr;     // set when the ring has hops across hosts
+  bool peerHopsIdle_ = false;  // kernel p2p's lanes across hosts not stepped yet
+  std::mutex failMu_;          // guards onFailure_
   std::function<void(int, const std::string&)> onFailure_;
   int rank_ = -1;
   // The collective channels, by protocol (algo::kProtoLL, kProtoSimple),

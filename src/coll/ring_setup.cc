@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "transport/net_setup.h"
 
 namespace ferry {
 namespace {
@@ -508,13 +509,12 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   const int n = static_cast<int>(t.peers.size());
   RingResources& res = *out;
   const bool peers = part == RingPart::Peers;
-  // Kernel p2p across hosts costs two network connections per lane and
-  // peer: made only where the user may need it (the same on every rank).
   if (peers && ctx.collectivesOnly) return ncclSuccess;
   const bool peersAcross = peers && t.nHosts > 1;
-  if (peersAcross && ctx.params->getInt(ParamId::PassSm) != 0 &&
-      ctx.params->getInt(ParamId::P2pKernelAcrossHosts) == 0) {
-    return ncclSuccess;
+  if (peersAcross) {
+    bool wanted = false;
+    FERRY_CHECK(kernelLanesAcrossHosts(*ctx.params, n, &wanted));
+    if (!wanted) return ncclSuccess;
   }
   FERRY_CHECK(describePart(ctx, part, &res));
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];

@@ -8,6 +8,7 @@
 #include "comm/communicator.h"
 #include "comm/cost_model.h"
 #include "runtime/device_scope.h"
+#include "transport/net_setup.h"
 
 namespace ferry {
 namespace {
@@ -105,11 +106,13 @@ Status launchKernelP2p(Communicator* comm, const std::vector<P2pTask>& tasks,
     FERRY_CHECK(comm->runtime()->isCapturing(tasks[i].stream, &capturing));
     if (capturing && !kernelP2p) {
       FERRY_FAIL(ncclInvalidUsage,
-                 "send/recv inside CUDA graph capture on a communicator spanning %d hosts needs "
-                 "kernel p2p across hosts, set up at init with FERRY_P2P_KERNEL_ACROSS_HOSTS=1 "
-                 "(or NCCL_PASS_SM=0) on every rank (the SM-free and network paths cannot be "
-                 "captured); or issue it outside the capture",
-                 comm->topology().nHosts);
+                 "send/recv inside CUDA graph capture on a communicator of %d ranks spanning %d "
+                 "hosts needs kernel p2p across hosts (the SM-free and network paths cannot be "
+                 "captured), made at init on communicators of at most %d ranks unless "
+                 "FERRY_P2P_KERNEL_ACROSS_HOSTS=0, and on any with "
+                 "FERRY_P2P_KERNEL_ACROSS_HOSTS=1 or NCCL_PASS_SM=0 on every rank; or issue it "
+                 "outside the capture",
+                 comm->nranks(), comm->topology().nHosts, kAutoKernelLanesRanks);
     }
     if (capturing) {
       FERRY_INFO(kLogP2p,

@@ -179,10 +179,11 @@
   X(P2pKernelLaneSlots, "FERRY_P2P_KERNEL_LANE_SLOTS", Int, "2",                                  \
     "Kernel p2p: FIFO slots per lane (even, 2..64), cut from the lane's 1/lanes share of the "    \
     "peer FIFO; 0: FERRY_COLL_SLOTS.")                                                            \
-  X(P2pKernelAcrossHosts, "FERRY_P2P_KERNEL_ACROSS_HOSTS", Int, "0",                              \
+  X(P2pKernelAcrossHosts, "FERRY_P2P_KERNEL_ACROSS_HOSTS", Int, "-1",                             \
     "1: on a communicator spanning hosts, set up kernel p2p's lanes to the other hosts at init "  \
-    "(two network connections per lane and peer), so send/recv works inside CUDA-graph capture " \
-    "there; NCCL_PASS_SM=0 sets them up regardless.")                                              \
+    "(two network connections per lane and remote peer), so send/recv works inside CUDA-graph "  \
+    "capture there; 0: never; -1 (auto): on communicators of at most 8 ranks. NCCL_PASS_SM=0 "   \
+    "sets them up regardless.")                                                                   \
   X(P2pLlMaxBytes, "FERRY_P2P_LL_MAX_BYTES", Int, "512K",                                        \
     "Kernel p2p messages of at most this many bytes use the LL protocol (data and flag in one "  \
     "store, half the bandwidth); 0: never.")                                                      \

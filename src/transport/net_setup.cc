@@ -121,6 +121,26 @@ long openDescriptors() {
 
 }  // namespace
 
+// Kernel p2p across hosts costs two network connections per lane and
+// remote peer and a FIFO mirror per remote peer, made at init (a pairwise
+// handshake on first use would need both ranks' threads, NOTES Open 5).
+// NCCL_PASS_SM=0 needs them for every message; send/recv captured into a
+// CUDA graph needs them too (the SM-free path cannot be captured). So they
+// are made where asked, and by default (-1) on communicators of at most
+// kAutoKernelLanesRanks ranks: pipeline-parallel groups, whose send/recv is
+// what programs capture, at a bounded cost; the count is the same on every
+// rank, so all choose alike.
+Status kernelLanesAcrossHosts(const Params& params, int nranks, bool* out) {
+  const int64_t v = params.getInt(ParamId::P2pKernelAcrossHosts);
+  if (v < -1 || v > 1) {
+    FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_ACROSS_HOSTS=%ld: must be -1 (auto), 0 or 1",
+               static_cast<long>(v));
+  }
+  *out =
+      params.getInt(ParamId::PassSm) == 0 || v == 1 || (v == -1 && nranks <= kAutoKernelLanesRanks);
+  return ncclSuccess;
+}
+
 // The built-in socket engine opens, per peer on another host, a send and a
 // receive connection of 1 control + threads x sockets data streams + an
 // eventfd per thread each, plus a listener until the receive connection is
@@ -130,13 +150,16 @@ long openDescriptors() {
 // midway through the connections: raise the soft limit towards the hard
 // one when that covers it, else say what is needed and how to lower it.
 
-void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine, int links) {
+void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine, int links,
+                              int kernelLanes) {
   if (engine == nullptr || strcmp(engine->name(), "Socket") != 0) return;
   const Topology& t = *ctx.topology;
   const int myRank = t.myRank;
   const long remotePeers = std::count(t.links.begin(), t.links.end(), PeerLink::OtherHost);
   const net::SocketNetLayout layout = net::resolveSocketNetLayout(*ctx.params);
-  const long perPeer = links * (2L * (1 + layout.nThreads * (layout.nSocksPerThread + 1)) + 1);
+  // A send and a receive connection per link and per kernel p2p lane.
+  const long perPeer =
+      (links + kernelLanes) * (2L * (1 + layout.nThreads * (layout.nSocksPerThread + 1)) + 1);
   const long open = openDescriptors();
   rlimit lim{};
   if (open < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
@@ -157,10 +180,11 @@ void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine
   }
   FERRY_WARN(
       "rank %d: %ld peers on other hosts need about %ld more file descriptors (%ld each: "
-      "FERRY_NET_LINKS %d x (2 connections x (1 + NCCL_SOCKET_NTHREADS %d x "
-      "(NCCL_NSOCKS_PERTHREAD %d + 1)) + a listener)), %ld are open, and the limit is %llu "
-      "(hard %llu): raise `ulimit -n` or lower those knobs, or the connections will fail",
-      myRank, remotePeers, remotePeers * perPeer, perPeer, links, layout.nThreads,
+      "(FERRY_NET_LINKS %d + kernel p2p lanes %d, FERRY_P2P_KERNEL_ACROSS_HOSTS) x (2 "
+      "connections x (1 + NCCL_SOCKET_NTHREADS %d x (NCCL_NSOCKS_PERTHREAD %d + 1)) + a "
+      "listener)), %ld are open, and the limit is %llu (hard %llu): raise `ulimit -n` or lower "
+      "those knobs, or the connections will fail",
+      myRank, remotePeers, remotePeers * perPeer, perPeer, links, kernelLanes, layout.nThreads,
       layout.nSocksPerThread, open, static_cast<unsigned long long>(lim.rlim_cur),
       static_cast<unsigned long long>(lim.rlim_max));
 }

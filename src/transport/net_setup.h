@@ -33,12 +33,24 @@ using NetHandle = std::array<char, net::kNetHandleBytes>;
 // configuration is wrong (NCCL_NET naming no engine: ncclInvalidArgument).
 [[nodiscard]] Status netEngineFor(const P2pSetupContext& ctx, net::NetEngine** out);
 
+// Communicators spanning hosts of at most this many ranks make kernel p2p's
+// lanes to the other hosts at init by default (FERRY_P2P_KERNEL_ACROSS_HOSTS
+// = -1), so that send/recv captured into a CUDA graph works there.
+constexpr int kAutoKernelLanesRanks = 8;
+
+// Whether a communicator of `nranks` spanning hosts makes kernel p2p's lanes
+// to the other hosts (ring_setup.cc says why; ncclInvalidArgument for a bad
+// FERRY_P2P_KERNEL_ACROSS_HOSTS).
+[[nodiscard]] Status kernelLanesAcrossHosts(const Params& params, int nranks, bool* out);
+
 // The built-in socket engine (`engine`; others and null: nothing) connects
 // every peer on another host at init: checks the open-file limit against
 // what those connections take, raising the soft limit towards the hard one
 // (INFO) or WARNing with the numbers. Once per communicator, by setupP2p;
-// `links`: netLinksPerPeer's.
-void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine, int links);
+// `links`: netLinksPerPeer's; `kernelLanes`: kernel p2p's lanes per remote
+// peer that the ring setup will connect (0: none; kernelLanesAcrossHosts).
+void checkNetDescriptorBudget(const P2pSetupContext& ctx, net::NetEngine* engine, int links,
+                              int kernelLanes);
 
 // The engine's devices (NICs) nearest to this rank's GPU by PCI path
 // (topo/pci_locality.h): every device when the paths say nothing.

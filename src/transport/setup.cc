@@ -252,7 +252,14 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   // rather than some in the all-gather below.
   int links = 1;
   FERRY_CHECK(netLinksPerPeer(ctx, &links));
-  checkNetDescriptorBudget(ctx, engine, links);
+  // Kernel p2p's lanes across hosts (2 per remote peer unless
+  // FERRY_P2P_KERNEL_LANES says more; the ring setup may use fewer): their
+  // connections count against the descriptors too.
+  bool lanesAcross = false;
+  FERRY_CHECK(kernelLanesAcrossHosts(*ctx.params, n, &lanesAcross));
+  const int64_t lanesKnob = ctx.params->getInt(ParamId::P2pKernelLanes);
+  const int kernelLanes = lanesAcross ? static_cast<int>(lanesKnob > 0 ? lanesKnob : 2) : 0;
+  checkNetDescriptorBudget(ctx, engine, links, kernelLanes);
   out->send.resize(n);
   out->recv.resize(n);
   std::vector<ConnInfo> table(static_cast<size_t>(n) * n);

@@ -67,6 +67,15 @@ if(FERRY_CUDA)
             $<TARGET_FILE:gpu_coll_graph>)
   set_tests_properties(gpu.coll.graph.p2p.hosts PROPERTIES LABELS gpu TIMEOUT 180
     SKIP_RETURN_CODE 77 ENVIRONMENT "FERRY_P2P_KERNEL_ACROSS_HOSTS=1;NCCL_SOCKET_IFNAME=lo")
+  # The same with the defaults: a communicator of at most 8 ranks spanning
+  # hosts makes those lanes at init (failed with ncclInvalidUsage before
+  # session 47, as torch.cuda.graph capturing batch_isend_irecv did).
+  add_test(NAME gpu.coll.graph.p2p.hosts.auto
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_if_gpus.sh 1
+            $<TARGET_FILE:ferry-run> -n 2 --hosts 2 --runtime cuda --timeout 150
+            $<TARGET_FILE:gpu_coll_graph>)
+  set_tests_properties(gpu.coll.graph.p2p.hosts.auto PROPERTIES LABELS gpu TIMEOUT 180
+    SKIP_RETURN_CODE 77 ENVIRONMENT "NCCL_SOCKET_IFNAME=lo")
   # The first collective inside a global-mode capture: the ring is set up
   # there (on one host, and across two emulated hosts).
   add_test(NAME gpu.coll.graph.first

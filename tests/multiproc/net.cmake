@@ -173,3 +173,24 @@ add_test(NAME net.p2p.veth.alltoall
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/net_veth.sh $<TARGET_FILE:mp_p2p> alltoall)
 set_tests_properties(net.p2p.veth.alltoall PROPERTIES LABELS multiproc TIMEOUT 150
   SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+
+# Kernel p2p's lanes across hosts (what send/recv captured into a CUDA graph
+# runs on there): made at init on communicators of up to 8 ranks by default,
+# not on larger ones unless FERRY_P2P_KERNEL_ACROSS_HOSTS=1, never with =0
+# (the INFO lines of ranks that made them counted, over mp_api's inits).
+add_test(NAME net.kernellanes.auto
+  COMMAND bash -c "lanes() { env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT $1 \
+$<TARGET_FILE:ferry-run> -n $2 --hosts $3 --runtime host --timeout 100 $<TARGET_FILE:mp_api> init 2>&1 \
+| grep -c 'kernel p2p across hosts: .* hops'; }; \
+a=$(lanes X=1 4 2); b=$(lanes X=1 9 3); c=$(lanes FERRY_P2P_KERNEL_ACROSS_HOSTS=1 9 3); \
+d=$(lanes FERRY_P2P_KERNEL_ACROSS_HOSTS=0 4 2); \
+echo \"INFO lines of lanes made: 2x2 default $a (some expected), 3x3 default $b (none), 3x3 =1 $c (some), 2x2 =0 $d (none)\"; \
+[ $a -gt 0 ] && [ $b = 0 ] && [ $c -gt 0 ] && [ $d = 0 ]")
+set_tests_properties(net.kernellanes.auto PROPERTIES LABELS multiproc TIMEOUT 300
+  ENVIRONMENT "FERRY_BOOTSTRAP_TIMEOUT=60;NCCL_SOCKET_IFNAME=lo")
+# A value other than -1, 0 or 1 fails init on every rank (ncclInvalidArgument).
+add_test(NAME net.kernellanes.badvalue.2x2
+  COMMAND $<TARGET_FILE:ferry-run> -n 4 --hosts 2 --runtime host --timeout 60
+          $<TARGET_FILE:mp_api> badknob)
+set_tests_properties(net.kernellanes.badvalue.2x2 PROPERTIES LABELS multiproc TIMEOUT 90
+  ENVIRONMENT "FERRY_BOOTSTRAP_TIMEOUT=30;NCCL_SOCKET_IFNAME=lo;FERRY_P2P_KERNEL_ACROSS_HOSTS=2")

@@ -529,6 +529,18 @@ CounterFn initOnTestPlugin(Ctx& ctx, ncclComm_t* comm, void** lib) {
   return counter;
 }
 
+// Kernel p2p's lanes per remote peer made at init: 2 (a send and a receive
+// connection each) on communicators of up to 8 ranks by default, on any with
+// FERRY_P2P_KERNEL_ACROSS_HOSTS=1 or NCCL_PASS_SM=0, none with =0.
+long long kernelLanesPerPeer(int nranks) {
+  const char* v = getenv("FERRY_P2P_KERNEL_ACROSS_HOSTS");
+  const char* passSm = getenv("NCCL_PASS_SM");
+  const std::string knob = v != nullptr ? v : "-1";
+  const bool made = (passSm != nullptr && std::string(passSm) == "0") || knob == "1" ||
+                    (knob == "-1" && nranks <= 8);
+  return made ? 2 : 0;
+}
+
 void casePlugin(Ctx& ctx) {
   ncclComm_t comm = nullptr;
   void* lib = nullptr;
@@ -536,26 +548,28 @@ void casePlugin(Ctx& ctx) {
   if (counter == nullptr) return;
   long long remote = 0;
   for (int q = 0; q < ctx.env.nranks; ++q) remote += hostOf(q) != hostOf(ctx.env.rank);
+  // Connections each way at init: point-to-point's, then kernel p2p's lanes.
+  const long long conns = remote * (1 + kernelLanesPerPeer(ctx.env.nranks));
   printf("rank %d: plugin calls: listen %lld connect %lld accept %lld closeListen %lld\n",
          ctx.env.rank, counter("listen"), counter("connect"), counter("accept"),
          counter("closeListen"));
-  // Init connects point-to-point only: the ring's hops come with the first
-  // collective (NCCL_RUNTIME_CONNECT=1).
-  EXPECT_TRUE(counter("listen") == remote && counter("connect") >= remote &&
-                  counter("accept") >= remote && counter("closeListen") == remote,
+  // Init connects point-to-point (and kernel p2p's lanes) only: the ring's
+  // hops come with the first collective (NCCL_RUNTIME_CONNECT=1).
+  EXPECT_TRUE(counter("listen") == conns && counter("connect") >= conns &&
+                  counter("accept") >= conns && counter("closeListen") == conns,
               "after init: listen %lld connect %lld accept %lld closeListen %lld, %lld expected",
               counter("listen"), counter("connect"), counter("accept"), counter("closeListen"),
-              remote);
+              conns);
   World w = makeWorld(ctx, comm);
   checkAllReduce(w, 7);
   const RingHops hops = ringHopsOf(ctx);
-  EXPECT_TRUE(counter("listen") == remote + hops.listens, "listen called %lld times, %lld expected",
-              counter("listen"), remote + hops.listens);
-  EXPECT_TRUE(counter("connect") >= remote + hops.sends, "connect called %lld times",
+  EXPECT_TRUE(counter("listen") == conns + hops.listens, "listen called %lld times, %lld expected",
+              counter("listen"), conns + hops.listens);
+  EXPECT_TRUE(counter("connect") >= conns + hops.sends, "connect called %lld times",
               counter("connect"));
-  EXPECT_TRUE(counter("accept") >= remote + hops.listens, "accept called %lld times",
+  EXPECT_TRUE(counter("accept") >= conns + hops.listens, "accept called %lld times",
               counter("accept"));
-  EXPECT_TRUE(counter("closeListen") == remote + hops.listens, "closeListen called %lld times",
+  EXPECT_TRUE(counter("closeListen") == conns + hops.listens, "closeListen called %lld times",
               counter("closeListen"));
   // FERRY_TEST_NET_DEVICES=N: the plugin reports N NICs, and the ring's
   // channels and the peers' connections must spread over all of them.
@@ -602,9 +616,9 @@ void casePlugin(Ctx& ctx) {
   w.destroy();
   EXPECT_OK(ncclFerryStreamDestroy(w.stream));
   EXPECT_TRUE(
-      counter("closeSend") == remote + hops.sends && counter("closeRecv") == remote + hops.listens,
+      counter("closeSend") == conns + hops.sends && counter("closeRecv") == conns + hops.listens,
       "after destroy: closeSend %lld closeRecv %lld, %lld and %lld expected", counter("closeSend"),
-      counter("closeRecv"), remote + hops.sends, remote + hops.listens);
+      counter("closeRecv"), conns + hops.sends, conns + hops.listens);
   dlclose(lib);
 }
 
