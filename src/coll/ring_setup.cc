@@ -110,8 +110,13 @@ Status resolveLanes(const RingSetupContext& ctx, int nranks, bool peers, RingRes
   int64_t laneBytes = ctx.params->getInt(ParamId::P2pKernelLaneBytes);
   int64_t laneSlots = ctx.params->getInt(ParamId::P2pKernelLaneSlots);
   const int64_t llLaneBytes = ctx.params->getInt(ParamId::P2pLlLaneBytes);
-  // Across hosts each lane is two network connections per peer: 2 lanes.
-  if (lanes == 0) lanes = cuda && ctx.topology->nHosts <= 1 ? algo::kDefaultKernelP2pLanes : 2;
+  if (lanes == 0) {
+    if (ctx.topology->nHosts > 1) {
+      lanes = kKernelLanesAcrossHosts;
+    } else {
+      lanes = cuda ? algo::kDefaultKernelP2pLanes : 2;
+    }
+  }
   if (laneSlots == 0) laneSlots = res->nslots;
   if (lanes < 1 || lanes > algo::kMaxKernelP2pLanes || (lanes & (lanes - 1)) != 0) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_LANES=%ld: must be 0, 1, 2, 4, 8 or 16",
@@ -512,9 +517,9 @@ Status setupRing(const RingSetupContext& ctx, RingPart part, RingResources* out)
   if (peers && ctx.collectivesOnly) return ncclSuccess;
   const bool peersAcross = peers && t.nHosts > 1;
   if (peersAcross) {
-    bool wanted = false;
-    FERRY_CHECK(kernelLanesAcrossHosts(*ctx.params, n, &wanted));
-    if (!wanted) return ncclSuccess;
+    int lanes = 0;
+    FERRY_CHECK(kernelLanesAcrossHosts(*ctx.params, n, &lanes));
+    if (lanes == 0) return ncclSuccess;
   }
   FERRY_CHECK(describePart(ctx, part, &res));
   const int prevRank = t.ringOrder[(res.pos + n - 1) % n];

@@ -130,14 +130,16 @@ long openDescriptors() {
 // kAutoKernelLanesRanks ranks: pipeline-parallel groups, whose send/recv is
 // what programs capture, at a bounded cost; the count is the same on every
 // rank, so all choose alike.
-Status kernelLanesAcrossHosts(const Params& params, int nranks, bool* out) {
+Status kernelLanesAcrossHosts(const Params& params, int nranks, int* lanes) {
   const int64_t v = params.getInt(ParamId::P2pKernelAcrossHosts);
   if (v < -1 || v > 1) {
     FERRY_FAIL(ncclInvalidArgument, "FERRY_P2P_KERNEL_ACROSS_HOSTS=%ld: must be -1 (auto), 0 or 1",
                static_cast<long>(v));
   }
-  *out =
+  const bool made =
       params.getInt(ParamId::PassSm) == 0 || v == 1 || (v == -1 && nranks <= kAutoKernelLanesRanks);
+  const int64_t knob = params.getInt(ParamId::P2pKernelLanes);
+  *lanes = !made ? 0 : knob > 0 ? static_cast<int>(knob) : kKernelLanesAcrossHosts;
   return ncclSuccess;
 }
 

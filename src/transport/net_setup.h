@@ -38,10 +38,16 @@ using NetHandle = std::array<char, net::kNetHandleBytes>;
 // = -1), so that send/recv captured into a CUDA graph works there.
 constexpr int kAutoKernelLanesRanks = 8;
 
-// Whether a communicator of `nranks` spanning hosts makes kernel p2p's lanes
-// to the other hosts (ring_setup.cc says why; ncclInvalidArgument for a bad
-// FERRY_P2P_KERNEL_ACROSS_HOSTS).
-[[nodiscard]] Status kernelLanesAcrossHosts(const Params& params, int nranks, bool* out);
+// Kernel p2p lanes per peer across hosts unless FERRY_P2P_KERNEL_LANES says
+// (each lane is two network connections per remote peer).
+constexpr int kKernelLanesAcrossHosts = 2;
+
+// How many kernel p2p lanes a communicator of `nranks` spanning hosts
+// connects at init to each peer on another host: 0 when it makes none
+// (net_setup.cc says when), else the lane knob or kKernelLanesAcrossHosts
+// (the ring setup may halve it to fit); ncclInvalidArgument for a bad
+// FERRY_P2P_KERNEL_ACROSS_HOSTS.
+[[nodiscard]] Status kernelLanesAcrossHosts(const Params& params, int nranks, int* lanes);
 
 // The built-in socket engine (`engine`; others and null: nothing) connects
 // every peer on another host at init: checks the open-file limit against

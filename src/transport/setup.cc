@@ -252,13 +252,9 @@ Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
   // rather than some in the all-gather below.
   int links = 1;
   FERRY_CHECK(netLinksPerPeer(ctx, &links));
-  // Kernel p2p's lanes across hosts (2 per remote peer unless
-  // FERRY_P2P_KERNEL_LANES says more; the ring setup may use fewer): their
-  // connections count against the descriptors too.
-  bool lanesAcross = false;
-  FERRY_CHECK(kernelLanesAcrossHosts(*ctx.params, n, &lanesAcross));
-  const int64_t lanesKnob = ctx.params->getInt(ParamId::P2pKernelLanes);
-  const int kernelLanes = lanesAcross ? static_cast<int>(lanesKnob > 0 ? lanesKnob : 2) : 0;
+  // Kernel p2p's lanes across hosts count against the descriptors too.
+  int kernelLanes = 0;
+  FERRY_CHECK(kernelLanesAcrossHosts(*ctx.params, n, &kernelLanes));
   checkNetDescriptorBudget(ctx, engine, links, kernelLanes);
   out->send.resize(n);
   out->recv.resize(n);
