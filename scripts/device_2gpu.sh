@@ -33,7 +33,7 @@ echo "built, $(left) s left"
 ntb=$!
 
 export CLIENT_MODES=${CLIENT_MODES:-nccl-lazy ferry-lazy}
-export CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p,groups,p2pgroups,shrink}
+export CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p,torchapi,mesh,groups,p2pgroups,shrink}
 # 180 s a mode: NVIDIA's NCCL needs ~150 s for the whole default case list
 # (its groups cases spend 16-28 s in setup); at 120 its shrink cell went
 # missing in every full run (sessions 32 and 35), a failing cell that is

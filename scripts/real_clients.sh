@@ -53,6 +53,10 @@
 # either narrows the spread between runs (trap 72).
 # CLIENT_EMULATE_HOSTS=1: every rank its own emulated host (NCCL_HOSTID),
 # GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
+# CLIENT_A2A_TRACE=1: the a2a case prints each call's CPU and GPU time
+# ("A2A rank R ... iteration I"), between the library's log lines.
+# CLIENT_API_BIG=0: the torchapi case leaves out its counts above 2^31
+# (~10 GiB of device memory per rank; for many ranks on one GPU).
 set -uo pipefail
 b=$(cd "$1" && pwd)
 shift
@@ -68,7 +72,7 @@ nccl=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0
 ferry=$b/libnccl.so.2
 [ -f "$ferry" ] || { echo "no Ferry library at $ferry"; exit 1; }
 modes=${CLIENT_MODES:-nccl-lazy ferry-lazy kernel-lazy nccl-eager ferry-eager kernel-eager}
-cases=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p}
+cases=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p,torchapi,mesh}
 schedules=${CLIENT_SCHEDULES:-GPipe,1F1B,Interleaved1F1B,LoopedBFS,InterleavedZeroBubble,ZBVZeroBubble,DualPipeV}
 ntsrc=${NCCL_TESTS_SRC:-$here/../.nccl-tests}  # a fetched snapshot, never committed
 ntdir=/tmp/nccl-tests-build

@@ -38,7 +38,11 @@ batch_isend_irecv, then of all_to_all_single, from a side stream; the
 matmuls' slowdown against the same matmuls alone in the same round),
 graph and graphp2p (torch.cuda.graph capturing the collectives, or a
 batch_isend_irecv ring and an all_reduce, replayed on new data and checked
-exactly; graph_case.py).
+exactly; graph_case.py), torchapi and mesh (the rest of the API surface:
+every reduce op and dtype, rooted and list collectives, object
+collectives, the coalescing manager, fp8, complex, counts above 2^31; and
+DeviceMesh / DTensor redistributes, functional collectives, tensor
+parallelism beside a one-device model, FSDP2 x TP on 4+ ranks; api_case.py).
 CLIENT_EMULATE_HOSTS=1: each rank claims its own host (NCCL_HOSTID, read
 by both libraries) and ranks share the GPUs there are, so one GPU runs the
 suite across two emulated hosts over loopback sockets (correctness, API
@@ -60,6 +64,7 @@ import torch.nn as nn
 
 from common import (H, TIME_STEPS, Reporter, VariantGroups, ab_variants, library_in_use, mse,
                     rel_err, seeded, slowest_median, split_train, sync_max)
+import api_case
 import graph_case
 from pipe_case import LOOPED, SINGLE, V_SHAPED, case_pipe
 from procutil import pin_near_gpu
@@ -190,6 +195,7 @@ def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
     order: b_over_a is a setting's effect on the call's time inside this
     process."""
     cols, iters, max_rows = 1024, 24, 70000
+    trace = os.environ.get("CLIENT_A2A_TRACE") == "1"
     groups = VariantGroups("a2a", world, lambda group, *_: warm_a2a(group, world, device))
     n = len(groups.labels)
     ok, times, host = [True] * n, [[] for _ in range(n)], [[] for _ in range(n)]
@@ -214,6 +220,9 @@ def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
             if it >= 4:
                 times[k].append(start.elapsed_time(end))
                 host[k].append((h1 - h0) * 1000)
+            if trace:  # each call's CPU and GPU time, between the library's log lines
+                print(f"A2A rank {rank} {groups.labels[k]} iteration {it}: host_ms "
+                      f"{(h1 - h0) * 1000:.2f} gpu_ms {start.elapsed_time(end):.2f}", flush=True)
             if not torch.equal(out, want):
                 ok[k] = False
                 print(f"rank {rank}: {groups.labels[k]} iteration {it} WRONG (splits {split})",
@@ -326,6 +335,17 @@ def case_graph(rep: Reporter, rank: int, world: int, device, seed: int):
 
 def case_graphp2p(rep: Reporter, rank: int, world: int, device, seed: int):
     graph_case.case_graph(rep, rank, world, device, seed, p2p=True)
+
+
+# ---- the rest of the API surface (api_case.py) ----------------------------------
+
+
+def case_torchapi(rep: Reporter, rank: int, world: int, device, seed: int):
+    api_case.case_torchapi(rep, rank, world, device, seed)
+
+
+def case_mesh(rep: Reporter, rank: int, world: int, device, seed: int):
+    api_case.case_mesh(rep, rank, world, device, seed)
 
 
 # ---- compute beside SM-free traffic (issue 16) ---------------------------------
@@ -592,7 +612,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tag", default="run")
     ap.add_argument("--expect", choices=["ferry", "nccl", "any"], default="any")
-    ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p")
+    ap.add_argument("--cases", default="pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p,torchapi,mesh")
     ap.add_argument("--schedules", default=",".join(SINGLE + LOOPED + V_SHAPED))
     ap.add_argument("--case-timeout", type=float, default=240)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("CLIENT_SEED", "4242")))
