@@ -3,8 +3,11 @@
 // a kernel launched through Runtime::launch. Skipped (reported as such)
 // without a device, or when the build has no CUDA.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -217,6 +220,79 @@ TEST_F(RuntimeCuda, KernelLaunch) {
   ASSERT_EQ(s->copyAsync(out.data(), dst->ptr(), bytes), ncclSuccess);
   ASSERT_EQ(s->synchronize(), ncclSuccess);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], in[i] * mul + add) << "element " << i;
+}
+
+// A forked child that does nothing but wait for its parent to let it go
+// (it touches no CUDA state), ended and reaped at scope exit.
+class ParkedChild {
+ public:
+  bool start() {
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(fds[1]);
+      char c;
+      while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      _exit(0);
+    }
+    close(fds[0]);
+    gate_ = fds[1];
+    return pid_ > 0;
+  }
+  ~ParkedChild() {
+    if (gate_ >= 0) close(gate_);  // end of file: the child exits
+    int status = 0;
+    if (pid_ > 0) (void)waitpid(pid_, &status, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int gate_ = -1;
+};
+
+// Host blocks of 4 MiB or more come from 2 MiB pages registered with CUDA
+// (FERRY_HOST_HUGE_PAGES, session 48) where the kernel allows, else from
+// cudaHostAlloc: either way the whole block is the size asked for, takes
+// copies both ways, and is a stream memory operation target at its host
+// address. A fork after the allocation (torch's DataLoader workers) must
+// not move the parent's pages away from the GPU: the parent writes the
+// block after the fork (a copy-on-write page would be replaced then), and a
+// device -> host copy must still land where the parent reads.
+TEST_F(RuntimeCuda, LargeHostBlocks) {
+  test::Rng rng(test::testSeed(), 21);
+  const size_t sizes[] = {size_t{4} << 20, (size_t{4} << 20) + 64, (size_t{64} << 20) + 64,
+                          (size_t{4} << 20) + 8 * rng.below(size_t{36} << 17)};
+  std::unique_ptr<Stream> s;
+  ASSERT_EQ(rt_->createStream(&s), ncclSuccess);
+  for (size_t bytes : sizes) {
+    SCOPED_TRACE(bytes);
+    const size_t n = bytes / sizeof(uint64_t);
+    auto data = randomWords(n, 22 + bytes);
+    std::unique_ptr<HostMemory> block;
+    std::unique_ptr<DeviceMemory> dev;
+    ASSERT_EQ(rt_->allocHost(bytes, &block), ncclSuccess);
+    ASSERT_EQ(block->size(), bytes);
+    ASSERT_EQ(rt_->allocDevice(bytes, &dev), ncclSuccess);
+    auto* w = static_cast<uint64_t*>(block->ptr());
+    memcpy(w, data.data(), bytes);
+    ASSERT_EQ(s->copyAsync(dev->ptr(), w, bytes), ncclSuccess);  // H2D from the block
+    ASSERT_EQ(s->synchronize(), ncclSuccess);
+
+    // The child stays alive (parked on a pipe) until the checks are done:
+    // only while it lives would the pages be shared copy-on-write.
+    ParkedChild child;
+    ASSERT_TRUE(child.start());
+    std::fill_n(w, n, kPoisonWord);  // the parent's write after the fork
+    ASSERT_EQ(s->copyAsync(w, dev->ptr(), bytes), ncclSuccess);  // D2H into the block
+    // The last word as a memop target: the stream writes it after the copy.
+    ASSERT_EQ(s->writeValue64(&w[n - 1], data[n - 1] ^ 1), ncclSuccess);
+    ASSERT_TRUE(waitWord(&w[n - 1], data[n - 1] ^ 1));
+    ASSERT_EQ(s->synchronize(), ncclSuccess);
+    data[n - 1] ^= 1;
+    EXPECT_EQ(firstMismatch(w, data), -1);
+  }
 }
 
 TEST_F(RuntimeCuda, SelectAutoPicksCuda) {
