@@ -148,6 +148,18 @@ bool hugeHostPagesWanted() {
 // The huge-page block of `bytes`, or null (nothing held) when the kernel or
 // the driver refuses it: the caller then uses cudaHostAlloc.
 std::unique_ptr<HostMemory> allocHugeHost(size_t bytes) {
+  // Callers use a block's host address on the GPU too (copies, stream
+  // memory operations, kernels reading ring mirrors), as with cudaHostAlloc
+  // under unified addressing; registered memory allows that only where the
+  // device says so (true on Linux x86-64 with current GPUs).
+  int device = 0, hostPointerOk = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&hostPointerOk, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                             device) != cudaSuccess ||
+      hostPointerOk == 0) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
   const size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // One huge page more than needed, so that an aligned run of `len` fits;
   // the ends outside it are unmapped at once.
