@@ -109,10 +109,11 @@ int main(int argc, char** argv) {
         bool good = static_cast<unsigned char*>(m.p)[bytes - 1] == 3;
         unpin(m);
         double t3 = nowMs();
-        printf("%5zu MiB %-9s round %d: pin %8.2f ms (%6.2f GB/s)  d2h %6.2f GB/s  free %7.2f ms"
-               "  AnonHugePages %ld kB%s\n",
-               mib, how, round, t1 - t0, bytes / (t1 - t0) / 1e6, bytes / (t2 - t1) / 1e6, t3 - t2,
-               huge, good ? "" : "  WRONG DATA");
+        printf(
+            "%5zu MiB %-9s round %d: pin %8.2f ms (%6.2f GB/s)  d2h %6.2f GB/s  free %7.2f ms"
+            "  AnonHugePages %ld kB%s\n",
+            mib, how, round, t1 - t0, bytes / (t1 - t0) / 1e6, bytes / (t2 - t1) / 1e6, t3 - t2,
+            huge, good ? "" : "  WRONG DATA");
       }
     }
     CHECK(cudaFree(dev));

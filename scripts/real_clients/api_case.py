@@ -28,16 +28,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import Reporter
+from common import Reporter, ints
 
 BIG = (1 << 31) + 4099   # elements: above INT32_MAX, not a multiple of anything
-
-
-def ints(seed: int, n: int, device, lo: int = -8, hi: int = 8, dtype=torch.float32):
-    """Integers in [lo, hi) as `dtype`: the sums, products and means here are
-    exact in every dtype used, in any order of the adds."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    return torch.randint(lo, hi, (n,), generator=g, device=device).to(dtype)
 
 
 class Parts:

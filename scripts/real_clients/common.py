@@ -72,6 +72,15 @@ def seeded(seed: int, *shape, dtype=torch.float32, device="cpu") -> torch.Tensor
     return torch.randn(*shape, generator=g, device=device).to(dtype=dtype)
 
 
+def ints(seed: int, n: int, device, lo: int = -64, hi: int = 64,
+         dtype=torch.float32) -> torch.Tensor:
+    """Integers in [lo, hi) as `dtype`, reproducible on every rank: the sums
+    over any number of ranks the cases use are exact in any order of the
+    adds, so outputs compare exactly."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randint(lo, hi, (n,), generator=g, device=device).to(dtype)
+
+
 def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(out.float(), target.float())
 

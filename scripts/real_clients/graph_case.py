@@ -17,17 +17,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from common import Reporter, slowest_median
+from common import Reporter, ints, slowest_median
 
 REPLAYS = 6     # checked replays (each with new inputs)
 TIMED = 20      # replays timed back to back, after the checked ones
-
-
-def ints(seed: int, n: int, device) -> torch.Tensor:
-    """Integers in [-64, 64) as fp32: sums over any number of ranks here
-    are exact in any order."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    return torch.randint(-64, 64, (n,), generator=g, device=device).to(torch.float32)
 
 
 class Plan:

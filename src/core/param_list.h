@@ -89,7 +89,7 @@
   X(Runtime, "FERRY_RUNTIME", String, "auto",                                                     \
     "auto, cuda or host: which runtime a communicator uses (auto: cuda if a GPU is visible).")    \
   X(HostDevices, "FERRY_HOST_DEVICES", Int, "8", "Number of devices the host runtime emulates.")  \
-  X(HostHugePages, "FERRY_HOST_HUGE_PAGES", Int, "1",                                             \
+  X(HostHugePages, "FERRY_HOST_HUGE_PAGES", Bool, "1",                                             \
     "1: pinned host blocks of 4 MiB or more (staging across hosts, ring mirrors) are 2 MiB pages " \
     "registered with CUDA where transparent huge pages may be asked for (faster to pin and free " \
     "than cudaHostAlloc); 0: cudaHostAlloc for every block.")                                     \

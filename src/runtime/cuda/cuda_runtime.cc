@@ -126,11 +126,7 @@ constexpr size_t kHugeHostMinBytes = size_t{4} << 20;
 // ("always" or "madvise" in /sys/kernel/mm/transparent_hugepage/enabled).
 bool hugeHostPagesWanted() {
   static const bool wanted = [] {
-    const int64_t knob = Params::load().getInt(ParamId::HostHugePages);
-    if (knob != 0 && knob != 1) {
-      FERRY_WARN("FERRY_HOST_HUGE_PAGES=%ld is not 0 or 1; using 1", static_cast<long>(knob));
-    }
-    if (knob == 0) return false;
+    if (!Params::load().getBool(ParamId::HostHugePages)) return false;
     char mode[128] = {0};
     FILE* f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
     if (f == nullptr) return false;
