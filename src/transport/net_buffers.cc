@@ -9,11 +9,21 @@
 
 namespace ferry {
 
+NetBuffers::NetBuffers(rt::Runtime* runtime, std::vector<NetLink*> links, bool isSend,
+                       NetBlockPool* pool)
+    : runtime_(runtime), links_(std::move(links)), isSend_(isSend), pool_(pool) {
+  if (pool_ != nullptr) return;
+  ownPool_ = std::make_unique<NetBlockPool>(runtime_);
+  pool_ = ownPool_.get();
+}
+
 NetBuffers::~NetBuffers() {
   // Deregistered before the links close their comms (the connection
-  // destroys its buffers first); the memory goes after its registrations.
-  for (Region& b : blocks_) deregister(b.mhandles);
+  // destroys its buffers first); the pool's memory goes after every
+  // connection's registrations (it outlives them).
+  for (Registration& r : registrations_) deregister(r.mhandles);
   for (DirectRegion& d : direct_) deregister(d.mhandles);
+  pool_->release(this);
 }
 
 void NetBuffers::deregister(NetMhandles& mhandles) {
@@ -76,19 +86,46 @@ bool NetBuffers::directRegistration(const rt::AllocationInfo& a, NetMhandles* mh
   return true;
 }
 
-Status NetBuffers::allocate(uint64_t bytes, Region* out) {
-  FERRY_CHECK(runtime_->allocHost(bytes, &out->mem));
-  for (size_t k = 0; k < links_.size(); ++k) {
-    Status s = links_[k]->regMr(out->mem->ptr(), bytes, &out->mhandles[k]);
-    if (ok(s)) continue;
-    deregister(out->mhandles);
-    out->mem.reset();
-    FERRY_FAIL(s,
-               "NET/%s: registering %llu bytes of host memory for a %s connection (link %zu) "
-               "failed: %s",
-               links_[k]->engine->name(), static_cast<unsigned long long>(bytes),
-               isSend_ ? "send" : "receive", k, statusString(s));
+Status NetBuffers::pinBlock(uint64_t bytes, Block** out) {
+  FERRY_CHECK(pool_->pin(bytes, out));
+  stagingBytes_ += bytes;
+  FERRY_INFO(kLogNet | kLogAlloc,
+             "NET/%s: %s staging grew by %llu bytes to %llu (the communicator's network staging "
+             "%llu bytes in %zu blocks)",
+             links_[0]->engine->name(), isSend_ ? "send" : "receive",
+             static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(stagingBytes_),
+             static_cast<unsigned long long>(pool_->bytes()), pool_->blocks().size());
+  return ncclSuccess;
+}
+
+bool NetBuffers::registered(const Block& b) const {
+  for (const Registration& r : registrations_) {
+    if (r.block == &b) return true;
   }
+  return false;
+}
+
+Status NetBuffers::registration(const Block& b, NetMhandles* out) {
+  for (const Registration& r : registrations_) {
+    if (r.block != &b) continue;
+    *out = r.mhandles;
+    return ncclSuccess;
+  }
+  Registration r;
+  r.block = &b;
+  for (size_t k = 0; k < links_.size(); ++k) {
+    Status s = links_[k]->regMr(b.mem->ptr(), b.mem->size(), &r.mhandles[k]);
+    if (ok(s)) continue;
+    r.mhandles[k] = nullptr;
+    deregister(r.mhandles);
+    FERRY_FAIL(s,
+               "NET/%s: registering %zu bytes of host memory for a %s connection (link %zu) "
+               "failed: %s",
+               links_[k]->engine->name(), b.mem->size(), isSend_ ? "send" : "receive", k,
+               statusString(s));
+  }
+  registrations_.push_back(r);
+  *out = r.mhandles;
   return ncclSuccess;
 }
 
@@ -137,20 +174,30 @@ uint64_t NetBuffers::blockSizeFor(uint64_t bytes) {
 Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char** data,
                         NetMhandles* mhandles, uint64_t* size, uint64_t* reuseAfter) {
   *reuseAfter = 0;
-  // Acquire: the network (send) or the copy stream (receive) is done with
-  // a block once the word says so.
-  const uint64_t done = isSend_ ? words_->sent.load() : words_->drained.load();
-  Region* best = nullptr;
-  Region* firstToFree = nullptr;  // among the busy blocks that fit
-  int fitting = 0;
-  for (Region& b : blocks_) {
+  const uint64_t mine = done();
+  Block* best = nullptr;
+  bool bestRegistered = false;
+  Block* firstToFree = nullptr;  // among this connection's busy blocks that fit
+  int fitting = 0;               // this connection's blocks that fit, busy or not
+  for (const auto& owned : pool_->blocks()) {
+    Block& b = *owned;
     if (b.mem->size() < bytes) continue;
-    ++fitting;
-    if (b.busyUntil > done) {
-      if (firstToFree == nullptr || b.busyUntil < firstToFree->busyUntil) firstToFree = &b;
-      continue;
+    if (b.user == this) {
+      ++fitting;
+      if (b.busyUntil > mine) {
+        if (firstToFree == nullptr || b.busyUntil < firstToFree->busyUntil) firstToFree = &b;
+        continue;
+      }
+    } else if (b.user != nullptr && b.busyUntil > b.user->done()) {
+      continue;  // another connection's message still uses it
     }
-    if (best == nullptr || b.mem->size() < best->mem->size()) best = &b;
+    // Smallest first; among equals, one this connection registered already.
+    const bool reg = b.user == this || registered(b);
+    if (best == nullptr || b.mem->size() < best->mem->size() ||
+        (b.mem->size() == best->mem->size() && reg && !bestRegistered)) {
+      best = &b;
+      bestRegistered = reg;
+    }
   }
   if (best == nullptr && !isSend_ && fitting >= kRecvBlocksPerSize) {
     // Messages of a connection drain in order, so the block's last user
@@ -171,20 +218,11 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
       waitSent(firstToFree->busyUntil, wait.capWaitNs, false, wait.abort)) {
     best = firstToFree;
   }
-  if (best == nullptr) {
-    Region r;
-    FERRY_CHECK(allocate(newSize, &r));
-    stagingBytes_ += newSize;
-    FERRY_INFO(kLogNet | kLogAlloc, "NET/%s: %s staging grew by %llu bytes to %llu",
-               links_[0]->engine->name(), isSend_ ? "send" : "receive",
-               static_cast<unsigned long long>(newSize),
-               static_cast<unsigned long long>(stagingBytes_));
-    blocks_.push_back(std::move(r));
-    best = &blocks_.back();
-  }
+  if (best == nullptr) FERRY_CHECK(pinBlock(newSize, &best));
+  FERRY_CHECK(registration(*best, mhandles));
+  best->user = this;
   best->busyUntil = seq + 1;
   *data = static_cast<char*>(best->mem->ptr());
-  *mhandles = best->mhandles;
   *size = best->mem->size();
   return ncclSuccess;
 }

@@ -10,9 +10,11 @@
 //     stream work of a message short whatever its size (a handful of waits
 //     and copies: CUDA blocks the submitting thread when a stream's queue
 //     is full, NOTES.md trap 29), at the price of pinned memory as large
-//     as the messages in flight (blocks are reused).
-// Blocks are registered with the engine on every comm of the connection
-// (NetLink::regMr, one registration per link) before their first use.
+//     as the messages in flight (blocks are reused, and shared with the
+//     communicator's other network connections: transport/net_block_pool.h).
+// A block is registered with the engine on every comm of the connection
+// (NetLink::regMr, one registration per link) before the connection's first
+// use of it, and stays registered until the connection closes.
 //
 // Threading: take() runs on the thread that owns the communicator; the
 // proxy reads the words and writes `sent` / `arrived`.
@@ -25,6 +27,7 @@
 
 #include "runtime/runtime.h"
 #include "transport/ctrl_block.h"
+#include "transport/net_block_pool.h"
 #include "transport/net_link.h"
 
 namespace ferry {
@@ -45,8 +48,10 @@ struct NetWords {
 class NetBuffers {
  public:
   // `links`: the connection's (at least one), which outlive this object.
-  NetBuffers(rt::Runtime* runtime, std::vector<NetLink*> links, bool isSend)
-      : runtime_(runtime), links_(std::move(links)), isSend_(isSend) {}
+  // `pool`: the communicator's staging blocks, which outlive this object
+  // (null: a pool of the connection's own).
+  NetBuffers(rt::Runtime* runtime, std::vector<NetLink*> links, bool isSend,
+             NetBlockPool* pool = nullptr);
   ~NetBuffers();
   NetBuffers(const NetBuffers&) = delete;
   NetBuffers& operator=(const NetBuffers&) = delete;
@@ -54,9 +59,16 @@ class NetBuffers {
   [[nodiscard]] Status init();  // allocates the words (zeroed)
   NetWords& words() const { return *words_; }
 
+  // Messages the connection is done with: sent (send connection) or drained
+  // (receive connection). Acquire: a block whose message is done is free.
+  uint64_t done() const { return isSend_ ? words_->sent.load() : words_->drained.load(); }
+
   // A registered block of >= bytes for message `seq`, free again once the
   // message is done with it: sent (words().sent > seq) on a send
   // connection, drained (words().drained > seq) on a receive connection.
+  // The smallest free block of the pool that fits, the connection's own
+  // first among equals (registered already); a new one pinned only where
+  // none fits and the rules below find none to reuse or wait for.
   // *size: the block's size. *reuseAfter: 0, or (receive connections) the
   // `drained` value the block needs first: a receive connection that holds
   // kRecvBlocksPerSize blocks that fit, all busy, reuses the one that
@@ -108,15 +120,22 @@ class NetBuffers {
   static constexpr int kMaxDirectRegions = 64;
   static constexpr int kRecvBlocksPerSize = 2;
   static constexpr int kSendBlocksPerSize = 4;
+  // Bytes of staging this connection pinned (the pool's blocks are each
+  // counted once, by the connection that pinned it).
   uint64_t stagingBytes() const { return stagingBytes_; }
 
  private:
-  struct Region {
-    std::unique_ptr<rt::HostMemory> mem;
+  using Block = NetBlockPool::Block;
+  // This connection's registration of a pool block.
+  struct Registration {
+    const Block* block = nullptr;
     NetMhandles mhandles{};
-    uint64_t busyUntil = 0;  // free once the connection's done word >= this
   };
-  [[nodiscard]] Status allocate(uint64_t bytes, Region* out);
+  // Pins a new block of `bytes` into the pool.
+  [[nodiscard]] Status pinBlock(uint64_t bytes, Block** out);
+  // The block's registration on every link, made on first use.
+  [[nodiscard]] Status registration(const Block& b, NetMhandles* out);
+  bool registered(const Block& b) const;
   // Deregisters each link's handle of one range (null ones skipped).
   void deregister(NetMhandles& mhandles);
   // Waits for `sent` to reach `target`; false on abort, or when `ns` passed
@@ -130,7 +149,9 @@ class NetBuffers {
   bool isSend_;
   std::unique_ptr<rt::HostMemory> wordMem_;
   NetWords* words_ = nullptr;
-  std::vector<Region> blocks_;
+  std::unique_ptr<NetBlockPool> ownPool_;  // when constructed without one
+  NetBlockPool* pool_;
+  std::vector<Registration> registrations_;
   uint64_t stagingBytes_ = 0;
   struct DirectRegion {
     uint64_t allocId = 0;

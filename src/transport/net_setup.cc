@@ -42,7 +42,7 @@ Status makeNetConnection(const P2pSetupContext& ctx, net::NetEngine* engine, int
         std::make_unique<NetLink>(engine, netDevFor(engine, *ctx.topology, peer + k), c->isSend));
     raw.push_back(c->net.back().get());
   }
-  c->netBuffers = std::make_unique<NetBuffers>(ctx.runtime, std::move(raw), c->isSend);
+  c->netBuffers = std::make_unique<NetBuffers>(ctx.runtime, std::move(raw), c->isSend, ctx.netPool);
   FERRY_CHECK(c->netBuffers->init());
   // The copies between the user's buffer and the connection's host memory
   // (enqueue/p2p_net.cc).

@@ -242,7 +242,10 @@ uint64_t* CtrlMapping::dev(CtrlWord& word) const {
   return reinterpret_cast<uint64_t*>(devBase + (reinterpret_cast<char*>(word.raw()) - base));
 }
 
-Status setupP2p(const P2pSetupContext& ctx, P2pState* out) {
+Status setupP2p(const P2pSetupContext& given, P2pState* out) {
+  P2pSetupContext ctx = given;
+  out->netPool = std::make_unique<NetBlockPool>(ctx.runtime);
+  ctx.netPool = out->netPool.get();
   const int n = static_cast<int>(ctx.topology->peers.size());
   const int me = ctx.topology->myRank;
   net::NetEngine* engine = nullptr;

@@ -41,6 +41,9 @@ struct P2pSetupContext {
   // A communicator that never carries point-to-point (the hierarchical
   // all-reduce's internal ones): no p2p connections, no kernel-p2p FIFOs.
   bool collectivesOnly = false;
+  // The communicator's network staging blocks (setupP2p makes it; null
+  // before that).
+  NetBlockPool* netPool = nullptr;
 };
 
 [[nodiscard]] Status setupP2p(const P2pSetupContext& ctx, P2pState* out);

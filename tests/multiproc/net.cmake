@@ -79,6 +79,9 @@ ferry_net_p2p_test(net.p2p.senddepth.busy.2x1 2 1 senddepthbusy)
 # the fifth send waits for the late receiver instead of pinning more.
 ferry_net_p2p_test(net.p2p.senddepth.capped.2x1 2 1 senddepthbusy
   "FERRY_NET_STAGING_MAX_BYTES=9M;FERRY_TEST_STAGING_CAP_BYTES=9437184")
+# A rank's network connections share their staging blocks (trap 84): one
+# message at a time, whichever peer and direction, reuses one block.
+ferry_net_p2p_test(net.p2p.sharedstaging.3x1 3 1 sharedstaging FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.many.3x1 3 1 many)
 ferry_net_p2p_test(net.p2p.self.3x1 3 1 self FERRY_P2P_KERNEL_MAX_BYTES=0)
 ferry_net_p2p_test(net.p2p.abort.2x1 2 1 abort)

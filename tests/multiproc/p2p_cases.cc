@@ -649,6 +649,7 @@ int main(int argc, char** argv) {
       {"recvdepth", caseRecvDepth},
       {"senddepth", caseSendDepth},
       {"senddepthbusy", caseSendDepthBusy},
+      {"sharedstaging", caseSharedStaging},
       {"lateexchange", caseLateExchange},
       {"latemany", caseLateMany},
       {"stagingcap", caseStagingCap},

@@ -252,4 +252,85 @@ void caseSendDepthBusy(World& w) {
   EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
 }
 
+// Trap 84: a communicator's network connections share their staging
+// blocks. Three ranks, each on its own host. Rank 0 sends to 1, then to 2,
+// then receives from 1, then from 2, one message at a time: each takes the
+// block the one before freed, so rank 0 ends with one block where
+// per-connection blocks would hold four (two if its proxy had not yet
+// marked a send done when the next one came: the bound); ranks 1 and 2
+// receive, then send, in one block each (their receive is drained, so
+// exactly one). Then every rank exchanges with every other in one group
+// twice: the blocks serve messages of different connections at once, and
+// the second round pins nothing. Every byte is checked.
+void caseSharedStaging(World& w) {
+  if (w.nranks != 3 || !onOtherHost(0, 1) || !onOtherHost(1, 2) || !onOtherHost(0, 2)) return;
+  const size_t bytes = (size_t{2} << 20) + 4096 * (1 + w.seed % 9) + 5;  // > 2 MiB + trailer
+  const unsigned long long block = (4ull << 20) + 64;                    // NetBuffers::blockSizeFor
+  auto one = [&](uint64_t round, int from, int to) {
+    if (w.rank != from && w.rank != to) return;
+    Message m(w, round, from, to, bytes, BufferKind::Plain);
+    if (w.rank == from) {
+      m.fillAsSender();
+      EXPECT_OK(ncclSend(m.buf.data(), bytes, ncclInt8, to, w.comm, w.stream));
+    } else {
+      m.poison();
+      EXPECT_OK(ncclRecv(m.buf.data(), bytes, ncclInt8, from, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    if (w.rank == to) m.verify("sharedstaging, one at a time");
+  };
+  const int steps[4][2] = {{0, 1}, {0, 2}, {1, 0}, {2, 0}};
+  for (int k = 0; k < 4; ++k) {
+    one(1200 + k, steps[k][0], steps[k][1]);
+    EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+  }
+  unsigned long long staging = 0;
+  EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+  printf("sharedstaging: rank %d, 4 messages one at a time: %llu bytes (%.1f blocks)\n", w.rank,
+         staging, static_cast<double>(staging) / static_cast<double>(block));
+  if (w.rank == 0) {
+    EXPECT_TRUE(staging >= block && staging <= 2 * block,
+                "%llu bytes of staging for 4 messages one at a time (expected 1-2 blocks of %llu)",
+                staging, block);
+  } else {
+    EXPECT_TRUE(staging == block, "%llu bytes of staging (expected one block of %llu)", staging,
+                block);
+  }
+  unsigned long long first = 0;
+  for (uint64_t round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<Message>> msgs;
+    EXPECT_OK(ncclGroupStart());
+    for (int peer = 0; peer < 3; ++peer) {
+      if (peer == w.rank) continue;
+      msgs.push_back(std::make_unique<Message>(w, 1210 + round * 16 + w.rank * 3 + peer, w.rank,
+                                               peer, bytes, BufferKind::Plain));
+      msgs.back()->fillAsSender();
+      EXPECT_OK(ncclSend(msgs.back()->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+      msgs.push_back(std::make_unique<Message>(w, 1210 + round * 16 + peer * 3 + w.rank, peer,
+                                               w.rank, bytes, BufferKind::Plain));
+      msgs.back()->poison();
+      EXPECT_OK(ncclRecv(msgs.back()->buf.data(), bytes, ncclInt8, peer, w.comm, w.stream));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclFerryStreamSynchronize(w.stream));
+    for (auto& m : msgs) {
+      if (m->receiver == w.rank) m->verify("sharedstaging, all at once");
+    }
+    EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
+    printf("sharedstaging: rank %d, exchange round %llu: %llu bytes (%.1f blocks)\n", w.rank,
+           static_cast<unsigned long long>(round), staging,
+           static_cast<double>(staging) / static_cast<double>(block));
+    // Four messages in flight need four blocks; the second round may pin
+    // one more only for a send its proxy had not yet marked done.
+    if (round == 0) first = staging;
+    EXPECT_TRUE(staging >= 4 * block && staging <= 5 * block,
+                "%llu bytes of staging for 4 messages at once (expected 4-5 blocks of %llu)",
+                staging, block);
+    EXPECT_TRUE(round == 0 || staging <= first + block,
+                "the second exchange pinned %llu more bytes (expected at most one block)",
+                staging - first);
+  }
+}
+
 }  // namespace ferry::test

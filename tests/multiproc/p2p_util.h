@@ -59,6 +59,7 @@ void caseStagingCap(World& w);
 void caseRecvDepth(World& w);
 void caseSendDepth(World& w);
 void caseSendDepthBusy(World& w);
+void caseSharedStaging(World& w);
 void caseChain(World& w);
 void caseNewStreams(World& w);
 // Whether the case can run: an even rank count and FERRY_P2P_STAGE_SENDS=1
