@@ -55,6 +55,8 @@
 # GPUs shared, loopback sockets: runs on one GPU (API paths, not speed).
 # CLIENT_A2A_TRACE=1: the a2a case prints each call's CPU and GPU time
 # ("A2A rank R ... iteration I"), between the library's log lines.
+# CLIENT_A2A_ROWS: the a2a case's largest block in rows of 1024 bf16
+# (default 70000; 16 ranks on one H200 need ~20000).
 # CLIENT_API_BIG=0: the torchapi case leaves out its counts above 2^31
 # (~10 GiB of device memory per rank; for many ranks on one GPU).
 set -uo pipefail

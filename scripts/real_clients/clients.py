@@ -194,7 +194,9 @@ def case_a2a(rep: Reporter, rank: int, world: int, device, seed: int):
     variant (a2a+B, ...; VariantGroups), on the same input, in rotating
     order: b_over_a is a setting's effect on the call's time inside this
     process."""
-    cols, iters, max_rows = 1024, 24, 70000
+    # CLIENT_A2A_ROWS: the largest block, in rows (many ranks sharing one GPU
+    # run out of its memory at the default: 16 ranks on one H200).
+    cols, iters, max_rows = 1024, 24, int(os.environ.get("CLIENT_A2A_ROWS", "70000"))
     trace = os.environ.get("CLIENT_A2A_TRACE") == "1"
     groups = VariantGroups("a2a", world, lambda group, *_: warm_a2a(group, world, device))
     n = len(groups.labels)

@@ -188,8 +188,8 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
         if (firstToFree == nullptr || b.busyUntil < firstToFree->busyUntil) firstToFree = &b;
         continue;
       }
-    } else if (b.user != nullptr && b.busyUntil > b.user->done()) {
-      continue;  // another connection's message still uses it
+    } else if (b.user != nullptr && (b.busyUntil > b.user->done() || b.user->released())) {
+      continue;  // another connection's message still uses it, or may (it failed)
     }
     // Smallest first; among equals, one this connection registered already.
     const bool reg = b.user == this || registered(b);

@@ -62,6 +62,13 @@ class NetBuffers {
   // Messages the connection is done with: sent (send connection) or drained
   // (receive connection). Acquire: a block whose message is done is free.
   uint64_t done() const { return isSend_ ? words_->sent.load() : words_->drained.load(); }
+  // Whether a failure released the connection's words (kReleased: its
+  // streams and staging waits run on). Its blocks then read as done while
+  // the engine may still hold them until the proxy closes the comms (a
+  // receive still landing bytes), so no other connection takes them.
+  bool released() const {
+    return words_->sent.load() >= kReleased || words_->arrived.load() >= kReleased;
+  }
 
   // A registered block of >= bytes for message `seq`, free again once the
   // message is done with it: sent (words().sent > seq) on a send
