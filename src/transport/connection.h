@@ -149,8 +149,9 @@ struct RecvConnection : ConnectionBase {};
 // Every connection of one communicator (indexed by peer rank; the self
 // connection included; null where no transport reaches the peer).
 struct P2pState {
-  // The network connections' staging blocks (null without any). Declared
-  // first: it outlives every connection that registered its blocks.
+  // The network connections' staging blocks (setupP2p makes it, empty until
+  // a message across hosts needs one). Declared first: it outlives every
+  // connection that registered its blocks.
   std::unique_ptr<NetBlockPool> netPool;
   std::vector<std::unique_ptr<SendConnection>> send;
   std::vector<std::unique_ptr<RecvConnection>> recv;
