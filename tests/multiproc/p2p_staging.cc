@@ -257,7 +257,8 @@ void caseSendDepthBusy(World& w) {
 // then receives from 1, then from 2, one message at a time: each takes the
 // block the one before freed, so rank 0 ends with one block where
 // per-connection blocks would hold four (two if its proxy had not yet
-// marked a send done when the next one came: the bound); ranks 1 and 2
+// marked a send done when the next one came, though each step waits 20 ms
+// past the receiver's barrier for that pass: the bound); ranks 1 and 2
 // receive, then send, in one block each (their receive is drained, so
 // exactly one). Then every rank exchanges with every other in one group
 // twice: the blocks serve messages of different connections at once, and
@@ -283,6 +284,7 @@ void caseSharedStaging(World& w) {
   for (int k = 0; k < 4; ++k) {
     one(1200 + k, steps[k][0], steps[k][1]);
     EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the proxy's next pass
   }
   unsigned long long staging = 0;
   EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
@@ -317,18 +319,20 @@ void caseSharedStaging(World& w) {
       if (m->receiver == w.rank) m->verify("sharedstaging, all at once");
     }
     EXPECT_OK(ncclFerryBootstrapBarrier(w.comm));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_OK(ncclFerryCommMemory(w.comm, nullptr, nullptr, &staging));
     printf("sharedstaging: rank %d, exchange round %llu: %llu bytes (%.1f blocks)\n", w.rank,
            static_cast<unsigned long long>(round), staging,
            static_cast<double>(staging) / static_cast<double>(block));
-    // Four messages in flight need four blocks; the second round may pin
-    // one more only for a send its proxy had not yet marked done.
+    // Four messages in flight need four blocks; a round may pin one more
+    // for each of its two sends whose block its proxy had not yet marked
+    // done when the next message came.
     if (round == 0) first = staging;
-    EXPECT_TRUE(staging >= 4 * block && staging <= 5 * block,
-                "%llu bytes of staging for 4 messages at once (expected 4-5 blocks of %llu)",
+    EXPECT_TRUE(staging >= 4 * block && staging <= 6 * block,
+                "%llu bytes of staging for 4 messages at once (expected 4-6 blocks of %llu)",
                 staging, block);
-    EXPECT_TRUE(round == 0 || staging <= first + block,
-                "the second exchange pinned %llu more bytes (expected at most one block)",
+    EXPECT_TRUE(round == 0 || staging <= first + 2 * block,
+                "the second exchange pinned %llu more bytes (expected at most two blocks)",
                 staging - first);
   }
 }
