@@ -1,6 +1,7 @@
 // Bounds on the SM-free path's staging: the pool of sends staged under lazy
 // loading (FERRY_P2P_STAGING_MAX_BYTES), and the pinned blocks of
-// connections across hosts (traps 41 and 73).
+// connections across hosts, shared by a communicator's connections (traps
+// 41, 73 and 84).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
