@@ -3,6 +3,7 @@
 // Uses only nccl.h / ferry.h, like a user program would.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -89,7 +90,9 @@ void caseInit(const Ctx& ctx) {
 
   long rss0 = 0;
   int fds0 = 0, threads0 = 0;
-  const int kIters = 50;
+  // FERRY_TEST_ROUNDS: fewer where a test only needs inits to happen (at
+  // least 2: the first is the warm-up the leak check starts after).
+  const int kIters = std::max(2, ferry::test::testRounds(50));
   for (int it = 0; it < kIters; ++it) {
     if (it == 1) {  // after one warm-up iteration: runtime singletons exist
       EXPECT_OK(ncclFerryBootstrapBarrier(world));
