@@ -9,14 +9,6 @@
 
 namespace ferry {
 
-NetBuffers::NetBuffers(rt::Runtime* runtime, std::vector<NetLink*> links, bool isSend,
-                       NetBlockPool* pool)
-    : runtime_(runtime), links_(std::move(links)), isSend_(isSend), pool_(pool) {
-  if (pool_ != nullptr) return;
-  ownPool_ = std::make_unique<NetBlockPool>(runtime_);
-  pool_ = ownPool_.get();
-}
-
 NetBuffers::~NetBuffers() {
   // Deregistered before the links close their comms (the connection
   // destroys its buffers first); the pool's memory goes after every
@@ -98,17 +90,16 @@ Status NetBuffers::pinBlock(uint64_t bytes, Block** out) {
   return ncclSuccess;
 }
 
-bool NetBuffers::registered(const Block& b) const {
+const NetBuffers::Registration* NetBuffers::findRegistration(const Block& b) const {
   for (const Registration& r : registrations_) {
-    if (r.block == &b) return true;
+    if (r.block == &b) return &r;
   }
-  return false;
+  return nullptr;
 }
 
 Status NetBuffers::registration(const Block& b, NetMhandles* out) {
-  for (const Registration& r : registrations_) {
-    if (r.block != &b) continue;
-    *out = r.mhandles;
+  if (const Registration* known = findRegistration(b)) {
+    *out = known->mhandles;
     return ncclSuccess;
   }
   Registration r;
@@ -192,7 +183,7 @@ Status NetBuffers::take(uint64_t bytes, uint64_t seq, const SendWait& wait, char
       continue;  // another connection's message still uses it, or may (it failed)
     }
     // Smallest first; among equals, one this connection registered already.
-    const bool reg = b.user == this || registered(b);
+    const bool reg = b.user == this || findRegistration(b) != nullptr;
     if (best == nullptr || b.mem->size() < best->mem->size() ||
         (b.mem->size() == best->mem->size() && reg && !bestRegistered)) {
       best = &b;

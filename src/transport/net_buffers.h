@@ -48,10 +48,9 @@ struct NetWords {
 class NetBuffers {
  public:
   // `links`: the connection's (at least one), which outlive this object.
-  // `pool`: the communicator's staging blocks, which outlive this object
-  // (null: a pool of the connection's own).
-  NetBuffers(rt::Runtime* runtime, std::vector<NetLink*> links, bool isSend,
-             NetBlockPool* pool = nullptr);
+  // `pool`: the communicator's staging blocks, which outlive this object.
+  NetBuffers(rt::Runtime* runtime, std::vector<NetLink*> links, bool isSend, NetBlockPool* pool)
+      : runtime_(runtime), links_(std::move(links)), isSend_(isSend), pool_(pool) {}
   ~NetBuffers();
   NetBuffers(const NetBuffers&) = delete;
   NetBuffers& operator=(const NetBuffers&) = delete;
@@ -142,7 +141,8 @@ class NetBuffers {
   [[nodiscard]] Status pinBlock(uint64_t bytes, Block** out);
   // The block's registration on every link, made on first use.
   [[nodiscard]] Status registration(const Block& b, NetMhandles* out);
-  bool registered(const Block& b) const;
+  // This connection's registration of `b`, or null.
+  const Registration* findRegistration(const Block& b) const;
   // Deregisters each link's handle of one range (null ones skipped).
   void deregister(NetMhandles& mhandles);
   // Waits for `sent` to reach `target`; false on abort, or when `ns` passed
@@ -156,7 +156,6 @@ class NetBuffers {
   bool isSend_;
   std::unique_ptr<rt::HostMemory> wordMem_;
   NetWords* words_ = nullptr;
-  std::unique_ptr<NetBlockPool> ownPool_;  // when constructed without one
   NetBlockPool* pool_;
   std::vector<Registration> registrations_;
   uint64_t stagingBytes_ = 0;

@@ -81,6 +81,7 @@ class NetProgressTest : public ::testing::Test {
     rt::HostRuntimeOptions o;
     o.deviceCount = 1;
     runtime_ = rt::makeHostRuntime(o);
+    pool_ = std::make_unique<NetBlockPool>(runtime_.get());
   }
 
   // A connection with `links` links on the fake engine; comm tokens are the
@@ -95,7 +96,7 @@ class NetProgressTest : public ::testing::Test {
       conn_.net.back()->comm = &commTokens_[l];
       raw.push_back(conn_.net.back().get());
     }
-    conn_.netBuffers = std::make_unique<NetBuffers>(runtime_.get(), raw, isSend);
+    conn_.netBuffers = std::make_unique<NetBuffers>(runtime_.get(), raw, isSend, pool_.get());
     ASSERT_EQ(conn_.netBuffers->init(), ncclSuccess);
   }
 
@@ -124,6 +125,7 @@ class NetProgressTest : public ::testing::Test {
   NetWords& words() { return conn_.netBuffers->words(); }
 
   std::unique_ptr<rt::Runtime> runtime_;
+  std::unique_ptr<NetBlockPool> pool_;  // outlives conn_
   FakeEngine engine_;
   char commTokens_[4] = {};
   ConnectionBase conn_;
