@@ -31,7 +31,10 @@ size_t roundUp(size_t n, size_t to) {
   return (n + to - 1) / to * to;
 }
 
-// A MAP_SHARED mapping, unmapped on destruction.
+// A MAP_SHARED mapping, unmapped on destruction. MAP_POPULATE maps every
+// page in the one mmap call: touching fresh pages one fault at a time cost
+// CI's VM more than the copies themselves (session 50: a 2 GiB message
+// across two ranks 40-47 s, 23-25 s populated).
 class SharedMapping {
  public:
   SharedMapping() = default;
@@ -45,7 +48,7 @@ class SharedMapping {
   char* base() const { return static_cast<char*>(base_); }
 
   static Status map(int fd, size_t length, SharedMapping* out) {
-    void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) {
       FERRY_FAIL(ncclSystemError, "host runtime: mmap of %zu bytes failed: %s", length,
                  strerror(errno));
