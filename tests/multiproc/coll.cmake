@@ -86,9 +86,12 @@ function(ferry_coll_hosts_test name nranks hosts case)
   set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 300
                        ENVIRONMENT "NCCL_SOCKET_IFNAME=lo;${ARGN}")
 endfunction()
+# Every datatype crosses hosts in 2x2 and 2x1; the larger layouts test the
+# rings over 3 and 4 hosts with one type of each element size (CI's time).
+set(ferry_layout_types "FERRY_TEST_TYPES=int8,bfloat16,float32,float64")
 ferry_coll_hosts_test(coll.hosts.matrix.2x2 4 2 matrix_quick)
-ferry_coll_hosts_test(coll.hosts.matrix.3x2 6 3 matrix_quick)
-ferry_coll_hosts_test(coll.hosts.matrix.4x2 8 4 matrix_quick)
+ferry_coll_hosts_test(coll.hosts.matrix.3x2 6 3 matrix_quick ${ferry_layout_types})
+ferry_coll_hosts_test(coll.hosts.matrix.4x2 8 4 matrix_quick ${ferry_layout_types})
 ferry_coll_hosts_test(coll.hosts.matrix.2x1 2 2 matrix_quick)
 ferry_coll_hosts_test(coll.hosts.matrix.tinyfifo.2x1 2 2 matrix_quick
   "FERRY_COLL_SLOTS=2;FERRY_COLL_SLOT_BYTES=1K;FERRY_COLL_CHANNELS=3")
@@ -119,13 +122,15 @@ ferry_coll_hosts_test(coll.hosts.stress.3x2 6 3 stress)
 ferry_coll_hosts_test(coll.hosts.abort.2x2 4 2 abort)
 # The hierarchical all-reduce (comm/hier_allreduce.h), forced by NCCL_ALGO
 # (the host runtime's cost model keeps the ring): 2 and 3 hosts of 2, 2 of
-# 3 and of 4 (the shards' remainder differs; every type and op), mixed groups with
+# 3 and of 4 (the shards' remainder differs; every op, every type at 2x2 and
+# one of each element size elsewhere), mixed groups with
 # point-to-point, an abort during it; and shapes it cannot serve (3 ranks on
 # 2 hosts; NCCL_ALGO=Ring), where every all-reduce must stay on the ring.
 ferry_coll_hosts_test(coll.hosts.hier.2x2 4 2 hier "NCCL_ALGO=Tree;FERRY_TEST_EXPECT_HIER=1")
-ferry_coll_hosts_test(coll.hosts.hier.3x2 6 3 hier "NCCL_ALGO=allreduce:tree;FERRY_TEST_EXPECT_HIER=1")
-ferry_coll_hosts_test(coll.hosts.hier.2x3 6 2 hier "NCCL_ALGO=^ring;FERRY_TEST_EXPECT_HIER=1")
-ferry_coll_hosts_test(coll.hosts.hier.2x4 8 2 hier "NCCL_ALGO=Hier;FERRY_TEST_EXPECT_HIER=1")
+ferry_coll_hosts_test(coll.hosts.hier.3x2 6 3 hier
+  "NCCL_ALGO=allreduce:tree;FERRY_TEST_EXPECT_HIER=1;${ferry_layout_types}")
+ferry_coll_hosts_test(coll.hosts.hier.2x3 6 2 hier "NCCL_ALGO=^ring;FERRY_TEST_EXPECT_HIER=1;${ferry_layout_types}")
+ferry_coll_hosts_test(coll.hosts.hier.2x4 8 2 hier "NCCL_ALGO=Hier;FERRY_TEST_EXPECT_HIER=1;${ferry_layout_types}")
 ferry_coll_hosts_test(coll.hosts.hier.uneven.3on2 3 2 hier "NCCL_ALGO=Tree;FERRY_TEST_EXPECT_HIER=0")
 ferry_coll_hosts_test(coll.hosts.hier.ring.2x2 4 2 hier "NCCL_ALGO=Ring;FERRY_TEST_EXPECT_HIER=0")
 ferry_coll_hosts_test(coll.hosts.hier.mixed.2x2 4 2 mixed NCCL_ALGO=Tree)

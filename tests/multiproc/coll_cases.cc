@@ -42,6 +42,30 @@ void announce(const World& w, const char* name) {
          static_cast<unsigned long long>(w.seed), static_cast<unsigned long long>(w.seed));
 }
 
+// FERRY_TEST_TYPES=name,name,... (tests only): the datatypes the matrix and
+// hier cases run, for layouts whose purpose is the ring or the shards across
+// hosts rather than the arithmetic (every type runs in the one-host
+// matrices and coll.hosts.matrix.2x1 / 2x2). Unset: every type. A name
+// that is no type fails the run, so a typo cannot turn the case into a no-op.
+bool typeSelected(ncclDataType_t type) {
+  const char* env = getenv("FERRY_TEST_TYPES");
+  if (env == nullptr || *env == '\0') return true;
+  bool selected = false;
+  std::string rest = env;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string name = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    bool known = false;
+    for (int t = 0; t < ncclNumTypes; ++t) {
+      known = known || name == dataTypeName(static_cast<ncclDataType_t>(t));
+    }
+    EXPECT_TRUE(known, "FERRY_TEST_TYPES=%s: \"%s\" is no datatype", env, name.c_str());
+    selected = selected || name == dataTypeName(type);
+  }
+  return selected;
+}
+
 // One collective on its own: prepare, post, destroy the operator as soon as
 // the call returned (NCCL allows it), synchronize, verify.
 void runOne(World& w, const CollSpec& spec, const SharedScalarOp* shared = nullptr) {
@@ -226,6 +250,7 @@ void runMatrix(World& w, const MatrixPlan& plan) {
   int rootTurn = 0;
   for (Coll coll : kAllColls) {
     for (int t = 0; t < ncclNumTypes && !plan.counts.empty(); ++t) {
+      if (!typeSelected(static_cast<ncclDataType_t>(t))) continue;
       auto start = Clock::now();
       matrixCell(w, plan, coll, static_cast<ncclDataType_t>(t), &tag, &rootTurn);
       if (w.rank == 0) {
@@ -506,6 +531,7 @@ void caseHier(World& w) {
   uint64_t tag = 500000;
   unsigned long long posted = 0;
   for (ncclDataType_t type : types) {
+    if (!typeSelected(type)) continue;
     for (Red red : kAllReds) {
       for (size_t count : counts) {
         CollSpec s;
