@@ -19,6 +19,7 @@
 
 #include "coll_ref.h"
 #include "coll_util.h"
+#include "core/env.h"
 #include "common/buffers.h"
 #include "common/random.h"
 #include "ferry.h"
@@ -47,23 +48,25 @@ void announce(const World& w, const char* name) {
 // hosts rather than the arithmetic (every type runs in the one-host
 // matrices and coll.hosts.matrix.2x1 / 2x2). Unset: every type. A name
 // that is no type fails the run, so a typo cannot turn the case into a no-op.
-bool typeSelected(ncclDataType_t type) {
-  const char* env = getenv("FERRY_TEST_TYPES");
-  if (env == nullptr || *env == '\0') return true;
-  bool selected = false;
-  std::string rest = env;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string name = rest.substr(0, comma);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-    bool known = false;
-    for (int t = 0; t < ncclNumTypes; ++t) {
-      known = known || name == dataTypeName(static_cast<ncclDataType_t>(t));
-    }
-    EXPECT_TRUE(known, "FERRY_TEST_TYPES=%s: \"%s\" is no datatype", env, name.c_str());
-    selected = selected || name == dataTypeName(type);
+std::vector<bool> parseTestTypes() {
+  const std::string env = ferry::envString("FERRY_TEST_TYPES");
+  std::vector<bool> selected(ncclNumTypes, env.empty());
+  for (size_t at = 0; !env.empty() && at <= env.size();) {
+    const size_t comma = std::min(env.find(',', at), env.size());
+    const std::string name = env.substr(at, comma - at);
+    at = comma + 1;
+    int t = 0;
+    while (t < ncclNumTypes && name != dataTypeName(static_cast<ncclDataType_t>(t))) ++t;
+    EXPECT_TRUE(t < ncclNumTypes, "FERRY_TEST_TYPES=%s: \"%s\" is no datatype", env.c_str(),
+                name.c_str());
+    if (t < ncclNumTypes) selected[t] = true;
   }
   return selected;
+}
+
+bool typeSelected(ncclDataType_t type) {
+  static const std::vector<bool> selected = parseTestTypes();  // read once per process
+  return selected[type];
 }
 
 // One collective on its own: prepare, post, destroy the operator as soon as
