@@ -1,6 +1,6 @@
 // The only place Ferry reads the process environment. Everything else asks the
 // param registry (core/params.h), which snapshots these values at communicator
-// init; the logger reads its three NCCL_DEBUG* variables here directly because
+// init; the logger reads its NCCL_DEBUG* variables here directly because
 // it must work before any communicator exists.
 #pragma once
 

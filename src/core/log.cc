@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <strings.h>
 
@@ -86,6 +88,12 @@ void loadLocked(LoggerState& s) {
   std::string subsys = envString("NCCL_DEBUG_SUBSYS");
   if (!subsys.empty()) s.config.subsysMask = parseLogSubsys(subsys.c_str());
   s.config.file = envString("NCCL_DEBUG_FILE");
+  if (envIsSet("NCCL_DEBUG_TIMESTAMP_LEVELS")) {
+    s.config.stampLevels = parseLogStampLevels(envString("NCCL_DEBUG_TIMESTAMP_LEVELS").c_str());
+  }
+  if (envIsSet("NCCL_DEBUG_TIMESTAMP_FORMAT")) {
+    s.config.stampFormat = envString("NCCL_DEBUG_TIMESTAMP_FORMAT");
+  }
   if (s.out != nullptr && s.out != stderr) fclose(s.out);
   s.out = stderr;
   if (!s.config.file.empty()) {
@@ -118,16 +126,19 @@ LogLevel parseLogLevel(const char* s) {
   return LogLevel::None;
 }
 
-uint32_t parseLogSubsys(const char* s) {
+namespace {
+
+// A comma list with an optional leading '^' (inverts), as NCCL's
+// NCCL_DEBUG_SUBSYS: the OR of bitOf(token) over its tokens, spaces ignored.
+template <typename BitOf>
+uint32_t parseNameList(const char* s, BitOf bitOf) {
   if (s == nullptr) return 0;
   bool invert = (*s == '^');
   if (invert) ++s;
   uint32_t mask = 0;
   std::string token;
   auto flush = [&]() {
-    for (const SubsysName& n : kSubsysNames) {
-      if (!token.empty() && strcasecmp(token.c_str(), n.name) == 0) mask |= n.bit;
-    }
+    if (!token.empty()) mask |= bitOf(token.c_str());
     token.clear();
   };
   for (; *s != '\0'; ++s) {
@@ -139,6 +150,54 @@ uint32_t parseLogSubsys(const char* s) {
   }
   flush();
   return invert ? ~mask : mask;
+}
+
+}  // namespace
+
+uint32_t parseLogSubsys(const char* s) {
+  return parseNameList(s, [](const char* token) {
+    uint32_t bit = 0;
+    for (const SubsysName& n : kSubsysNames) {
+      if (strcasecmp(token, n.name) == 0) bit |= n.bit;
+    }
+    return bit;
+  });
+}
+
+uint32_t parseLogStampLevels(const char* s) {
+  return parseNameList(s, [](const char* token) -> uint32_t {
+    if (strcasecmp(token, "ALL") == 0) return ~0u;
+    // parseLogLevel maps unknown words to None: no bit for them.
+    LogLevel l = parseLogLevel(token);
+    return l == LogLevel::None ? 0 : logLevelBit(l);
+  });
+}
+
+std::string formatLogStamp(const std::string& format, int64_t sec, int64_t nsec) {
+  // "%Nf" first (strftime has no fractions), "%%" kept for strftime.
+  std::string fmt;
+  for (size_t i = 0; i < format.size(); ++i) {
+    const char c = format[i];
+    if (c == '%' && i + 2 < format.size() && format[i + 1] >= '1' && format[i + 1] <= '9' &&
+        format[i + 2] == 'f') {
+      const int digits = format[i + 1] - '0';
+      int64_t frac = nsec;
+      for (int d = digits; d < 9; ++d) frac /= 10;
+      char buf[16];
+      snprintf(buf, sizeof(buf), "%0*" PRId64, digits, frac);
+      fmt += buf;
+      i += 2;
+      continue;
+    }
+    fmt += c;
+    if (c == '%' && i + 1 < format.size()) fmt += format[++i];  // "%%" and the others whole
+  }
+  time_t t = static_cast<time_t>(sec);
+  struct tm local;
+  localtime_r(&t, &local);
+  char out[256];
+  const size_t n = strftime(out, sizeof(out), fmt.c_str(), &local);
+  return std::string(out, n);
 }
 
 std::string expandLogFileName(const std::string& pattern) {
@@ -206,6 +265,11 @@ void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, con
   if (level >= LogLevel::Info && (s.config.subsysMask & subsys) == 0) return;
 
   const char* tag = level == LogLevel::Warn ? "WARN" : level == LogLevel::Trace ? "TRACE" : "INFO";
+  if ((s.config.stampLevels & logLevelBit(level)) != 0 && !s.config.stampFormat.empty()) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fputs(formatLogStamp(s.config.stampFormat, now.tv_sec, now.tv_nsec).c_str(), s.out);
+  }
   long tid = syscall(SYS_gettid);
   char rank[16] = "";
   if (tlsRank >= 0) snprintf(rank, sizeof(rank), " [%d]", tlsRank);

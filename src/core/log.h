@@ -6,8 +6,14 @@
 //                       CALL,PROXY,NVLS,BOOTSTRAP,REG,PROFILE,RAS,ALL; a leading '^'
 //                       inverts the selection. Default INIT,BOOTSTRAP,ENV.
 //   NCCL_DEBUG_FILE   = path; %h expands to the hostname, %p to the pid.
-// Every line is prefixed "host:pid:tid [rank] NCCL <LEVEL> ". The rank is a
-// thread-local set with LogRankScope by whoever acts for a communicator.
+//   NCCL_DEBUG_TIMESTAMP_LEVELS = comma list of VERSION,WARN,INFO,TRACE,ALL
+//                       (leading '^' inverts; default WARN): lines of these
+//                       levels start with the local time in
+//   NCCL_DEBUG_TIMESTAMP_FORMAT = strftime format, default "[%F %T] "; "%Nf"
+//                       (N = 1..9) is the second's fraction to N digits.
+// Every line is prefixed "host:pid:tid [rank] NCCL <LEVEL> " (after the
+// timestamp, where its level has one). The rank is a thread-local set with
+// LogRankScope by whoever acts for a communicator.
 //
 // Threading: all functions are thread-safe; lines are written whole.
 #pragma once
@@ -39,15 +45,26 @@ enum LogSubsys : uint32_t {
   kLogAll = ~0u,
 };
 
+constexpr uint32_t logLevelBit(LogLevel l) {
+  return 1u << static_cast<int>(l);
+}
+
 // Parsed logger settings; exposed for unit tests of the parsers.
 struct LogConfig {
   LogLevel level = LogLevel::None;
   uint32_t subsysMask = kLogInit | kLogBootstrap | kLogEnv;
-  std::string file;  // empty: stderr
+  std::string file;                                    // empty: stderr
+  uint32_t stampLevels = logLevelBit(LogLevel::Warn);  // bit per LogLevel
+  std::string stampFormat = "[%F %T] ";
 };
 LogLevel parseLogLevel(const char* s);
 uint32_t parseLogSubsys(const char* s);
+// NCCL_DEBUG_TIMESTAMP_LEVELS: a mask of logLevelBit()s.
+uint32_t parseLogStampLevels(const char* s);
 std::string expandLogFileName(const std::string& pattern);
+// The timestamp `format` gives for `sec` + `nsec` (local time), "%Nf"
+// expanded first; empty when strftime cannot fit it in 255 bytes.
+std::string formatLogStamp(const std::string& format, int64_t sec, int64_t nsec);
 
 // True when a line at this level/subsystem would be printed.
 bool logEnabled(LogLevel level, uint32_t subsys);

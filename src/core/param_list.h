@@ -9,6 +9,11 @@
   X(DebugSubsys, "NCCL_DEBUG_SUBSYS", String, "INIT,BOOTSTRAP,ENV",                               \
     "Subsystems logged at INFO/TRACE, comma list; leading ^ excludes.")                           \
   X(DebugFile, "NCCL_DEBUG_FILE", String, "", "Log file instead of stderr; %h host, %p pid.")     \
+  X(DebugStampLevels, "NCCL_DEBUG_TIMESTAMP_LEVELS", String, "WARN",                              \
+    "Log levels whose lines start with the local time: comma list of VERSION,WARN,INFO,TRACE,ALL; " \
+    "leading ^ inverts.")                                                                         \
+  X(DebugStampFormat, "NCCL_DEBUG_TIMESTAMP_FORMAT", String, "[%F %T] ",                          \
+    "strftime format of that time; %Nf (N = 1..9) is the second's fraction to N digits.")        \
   X(CommId, "NCCL_COMM_ID", String, "",                                                           \
     "host:port of the bootstrap root; rank 0 listens there instead of ncclGetUniqueId's root.")   \
   X(SocketIfname, "NCCL_SOCKET_IFNAME", String, "",                                               \

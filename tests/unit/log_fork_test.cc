@@ -13,32 +13,17 @@
 #include <string>
 #include <thread>
 
+#include "common/env_guard.h"
 #include "core/log.h"
 
 namespace {
 
-// Restores an environment variable when the test ends.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~EnvGuard() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-    ferry::reloadLogConfig();
-  }
+using ferry::test::EnvGuard;
 
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
+// Re-reads the logger settings when the test ends, after its EnvGuards
+// (declared later, destroyed first) restored the environment.
+struct ReloadLogAtEnd {
+  ~ReloadLogAtEnd() { ferry::reloadLogConfig(); }
 };
 
 // Waits up to `seconds` for the child; kills it and returns -1 if it hangs.
@@ -60,6 +45,7 @@ int waitChild(pid_t pid, int seconds) {
 TEST(LogFork, ChildLogsWhileParentThreadLogs) {
   // Printing WARN lines (to /dev/null) keeps the mutex held for a write and a
   // flush, so a fork lands inside the critical section most of the time.
+  ReloadLogAtEnd reload;
   EnvGuard level("NCCL_DEBUG", "WARN");
   EnvGuard file("NCCL_DEBUG_FILE", "/dev/null");
   ferry::reloadLogConfig();

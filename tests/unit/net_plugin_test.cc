@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/env_guard.h"
 #include "common/proc.h"
 #include "common/random.h"
 #include "core/log.h"
@@ -37,40 +38,12 @@ namespace ferry::net {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using ferry::test::EnvGuard;
 constexpr auto kWait = std::chrono::seconds(5);
 constexpr const char* kV11 = FERRY_TEST_NET_PLUGIN_V11;
 constexpr const char* kV6 = FERRY_TEST_NET_PLUGIN_V6;
 constexpr unsigned char kPoison = 0xA5;
 constexpr size_t kSlack = 13;  // receive buffers are this much larger than the message
-
-// Sets (or unsets, with nullptr) an environment variable for one scope.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~EnvGuard() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 // The plugin library opened by the test too, for its call counters. Holding
 // it also keeps the counters alive between engines.
