@@ -29,8 +29,13 @@ head -3 "$o/machine.txt"
 
 "$here/device_p2p.sh" "$src" build || { kill $ticker; snapshot; exit 1; }
 echo "built, $(left) s left"
-"$here/real_clients.sh" /tmp/fb ntbuild >"$o/ntbuild.txt" 2>&1 &
-ntb=$!
+# nccl-tests builds beside the first stages (make -j 32: it perturbs timings
+# taken meanwhile); NT_BUILD=0 leaves it out where no nccltests stage follows.
+ntb=
+if [ "${NT_BUILD:-1}" != 0 ]; then
+  "$here/real_clients.sh" /tmp/fb ntbuild >"$o/ntbuild.txt" 2>&1 &
+  ntb=$!
+fi
 
 export CLIENT_MODES=${CLIENT_MODES:-nccl-lazy ferry-lazy}
 export CLIENT_CASES=${CLIENT_CASES:-pipe,fsdp2,ddp,a2a,batch,blocking,overlap,graph,graphp2p,torchapi,mesh,groups,p2pgroups,shrink}
@@ -54,7 +59,7 @@ for st in ${STAGES:-clients nccltests gpu}; do
   inittime) [ "$(left)" -gt 40 ] && OUT=$o/$st timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" inittime | tail -10 ;;
   wincoll) [ "$(left)" -gt 60 ] && OUT=$o/$st timeout $(($(left) - 20)) "$here/device_p2p.sh" "$src" wincoll | tail -70 ;;
   nccltests)
-    wait $ntb
+    [ -n "$ntb" ] && wait $ntb
     if [ "$(left)" -gt 60 ]; then
       NT_ARGS=${NT_ARGS:--b 8 -e 1G -f 32 -g 2 -c 1 -n 3 -w 1} NT_TIMEOUT=${NT_TIMEOUT:-20} \
         timeout $(($(left) - 30)) "$here/real_clients.sh" /tmp/fb nccltests

@@ -44,6 +44,7 @@
 # a variant's step to the default group's step of the same round (a Ferry
 # knob's effect without the spread between processes, trap 66; NCCL's run
 # is the control). The a2a case does the same per iteration (a2a+B, ...).
+# CLIENT_TIME_STEPS: timed steps per case (default 15).
 # CLIENT_PIN_MAIN=1: the main thread alone on one CPU of the rank's slice
 # (session 30: it did not narrow the spread).
 # paired: $PAIRED ("modeA:modeB ...") side by side on a 4-GPU machine, GPUs
@@ -216,17 +217,22 @@ for s in $stages; do
     # and pulls by this rank), peer mappings and staging growth, the result;
     # each case with FERRY_P2P_PUSH_WAIT_US as set and with 0.
     # FERRY_PROFILE=1: each communicator's CPU time per launch phase, printed
-    # at its destroy (where a call's host time goes).
-    for c in ${DIAG_CASES:-a2a batch blocking}; do
-      for pw in ${DIAG_PUSH_WAITS:-500 0}; do
-        log="$out/p2pdiag-$c-$pw.log"
-        FERRY_PROFILE=1 FERRY_P2P_PUSH_WAIT_US=$pw NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P torchrun_clients ferry-lazy \
-          --cases "$c" --schedules "${DIAG_SCHEDULE:-1F1B}" --case-timeout 120 >"$log" 2>&1
-        echo "--- $c, push wait $pw us: exit $?; $(grep -c 'mapped allocation' "$log") mappings," \
-          "$(grep -c 'staging grew' "$log") staging growths"
-        grep -o "p2p totals.*" "$log" | cut -c1-300
-        grep -o "rank [0-9]*: CPU profile.*" "$log" | grep -v "no launches" | cut -c1-600
-        grep -h "^RESULT" "$log" | cut -c1-260
+    # at its destroy (where a call's host time goes). DIAG_MODES (ferry-lazy),
+    # DIAG_DEBUG (INFO; TRACE logs every push wait and staging growth), and
+    # DIAG_AB_ENV (CLIENT_AB_ENV for these runs only; none by default).
+    for dm in ${DIAG_MODES:-ferry-lazy}; do
+      for c in ${DIAG_CASES:-a2a batch blocking}; do
+        for pw in ${DIAG_PUSH_WAITS:-500 0}; do
+          log="$out/p2pdiag-$dm-$c-$pw.log"
+          CLIENT_AB_ENV=${DIAG_AB_ENV:-} FERRY_PROFILE=1 FERRY_P2P_PUSH_WAIT_US=$pw NCCL_DEBUG=${DIAG_DEBUG:-INFO} \
+            NCCL_DEBUG_SUBSYS=P2P torchrun_clients "$dm" --tag "$dm-diag" \
+            --cases "$c" --schedules "${DIAG_SCHEDULE:-1F1B}" --case-timeout 120 >"$log" 2>&1
+          echo "--- $dm, $c, push wait $pw us: exit $?; $(grep -c 'mapped allocation' "$log") mappings," \
+            "$(grep -c 'staging grew' "$log") staging growths"
+          grep -o "p2p totals.*" "$log" | cut -c1-300
+          grep -o "rank [0-9]*: CPU profile.*" "$log" | grep -v "no launches" | cut -c1-600
+          grep -h "^RESULT" "$log" | cut -c1-260
+        done
       done
     done
     ;;

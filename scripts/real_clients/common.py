@@ -11,7 +11,9 @@ import torch.distributed as dist
 from procutil import EnvWords
 
 H = 4096            # hidden size (pipelining stages, FSDP2 layers)
-TIME_STEPS = 15     # timed steps of a case (median or mean step time)
+# Timed steps of a case (median or mean step time); CLIENT_TIME_STEPS sets
+# more, e.g. to sample a steady state with perf.
+TIME_STEPS = int(os.environ.get("CLIENT_TIME_STEPS", "15"))
 
 
 def library_in_use() -> str:

@@ -17,6 +17,7 @@ from procutil import busy_threads, pin_main_thread, thread_cpu
 MB_ROWS = 2048      # rows per micro-batch: 2048 x 4096 bf16 = 16 MiB activations
 N_MB = 8            # micro-batches per step
 CHECK_STEPS = 3     # steps whose losses are compared with the reference
+FIRST_STEPS = 15    # the default timed window (first_step_ms with more timed steps)
 LR = 0.05
 
 SINGLE = ["GPipe", "1F1B"]
@@ -174,10 +175,18 @@ class PipeRun:
         """step_ms and host_ms (the slowest rank's medians), comm_ms: the
         step's CPU inside the p2p calls (the library's enqueue cost, torch's
         own included), this rank's median; a part of host_ms."""
-        return {"step_ms": slowest_median(self.step_times, device, 3),
-                "host_ms": slowest_median(self.host_times, device, 3),
-                "comm_ms": round(upper_median(self.comm_times), 3),
-                "comm_calls": max(self.comm_calls)}
+        out = {"step_ms": slowest_median(self.step_times, device, 3),
+               "host_ms": slowest_median(self.host_times, device, 3),
+               "comm_ms": round(upper_median(self.comm_times), 3),
+               "comm_calls": max(self.comm_calls)}
+        if len(self.step_times) > FIRST_STEPS:
+            # With CLIENT_TIME_STEPS above the default: the first steps'
+            # median too, the default measurement's window, so that one run
+            # tells a warm-up (mappings, staging growth) from the steady state.
+            out["first_step_ms"] = slowest_median(self.step_times[:FIRST_STEPS], device, 3)
+            # This rank's first steps one by one: the warm-up's shape.
+            out["head_ms"] = [round(t, 2) for t in self.step_times[:2 * FIRST_STEPS]]
+        return out
 
 
 def case_pipe(rep: Reporter, name: str, rank: int, world: int, device, seed: int, case=None):
