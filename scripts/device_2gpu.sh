@@ -11,6 +11,8 @@
 #   cesplit, ...), in the order given; clients2 is a second clients stage
 #   with CLIENT_MODES2, CLIENT_CASES2 (default pipe) and CLIENT_SCHEDULES2;
 #   GPU_REGEX limits the gpu stage to the GPU tests it matches (ctest -R);
+#   NT_BUILD=0 skips the nccl-tests build that otherwise runs beside the
+#   first stages (for calls whose timings matter and have no nccltests);
 #   the real_clients.sh knobs CLIENT_MODES, CLIENT_CASES, DIAG_*, NT_ARGS, NT_TIMEOUT)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
