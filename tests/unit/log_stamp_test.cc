@@ -3,17 +3,15 @@
 // here from localtime_r and strftime, independently of the logger's
 // fraction handling.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "common/env_guard.h"
+#include "common/log_capture.h"
 #include "common/random.h"
 #include "core/log.h"
 
@@ -22,25 +20,12 @@ namespace {
 
 using test::EnvGuard;
 
-// Re-reads the logger settings when the test ends, after its EnvGuards
-// (declared later, destroyed first) restored the environment.
-struct ReloadLogAtEnd {
-  ~ReloadLogAtEnd() { reloadLogConfig(); }
-};
-
 std::string strftimeLocal(const char* format, int64_t sec) {
   time_t t = static_cast<time_t>(sec);
   struct tm local;
   localtime_r(&t, &local);
   char out[128];
   return std::string(out, strftime(out, sizeof(out), format, &local));
-}
-
-std::string readAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 TEST(LogStamp, LevelListParsing) {
@@ -81,15 +66,9 @@ TEST(LogStamp, FormatWithFractions) {
 
 // The lines the logger writes, with the defaults and with both knobs set.
 TEST(LogStamp, LinesCarryTheStampOfTheirLevel) {
-  char path[] = "/tmp/ferry-log-stamp-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
   const std::string token = std::to_string(test::Rng(test::testSeed(), 42).next());
-  ReloadLogAtEnd reload;
-  EnvGuard file("NCCL_DEBUG_FILE", path);
-  EnvGuard level("NCCL_DEBUG", "INFO");
-  EnvGuard subsys("NCCL_DEBUG_SUBSYS", "P2P");
+  test::LogCapture capture("INFO", "P2P");
+  ASSERT_TRUE(capture.ok());
   {
     EnvGuard levels("NCCL_DEBUG_TIMESTAMP_LEVELS", nullptr);
     EnvGuard format("NCCL_DEBUG_TIMESTAMP_FORMAT", nullptr);
@@ -109,8 +88,7 @@ TEST(LogStamp, LinesCarryTheStampOfTheirLevel) {
     reloadLogConfig();
     FERRY_WARN("warn3-%s", token.c_str());
   }
-  const std::string log = readAll(path);
-  unlink(path);
+  const std::string log = capture.text();
   const std::string t = token;
   const std::string pre = R"([^ \[\]<>]+:\d+:\d+ NCCL )";
   auto has = [&](const std::string& re) {

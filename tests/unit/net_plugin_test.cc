@@ -15,8 +15,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "common/env_guard.h"
+#include "common/log_capture.h"
 #include "common/proc.h"
 #include "common/random.h"
 #include "core/log.h"
@@ -567,30 +566,15 @@ TEST(NetPluginLoad, NetNameMustMatch) {
 
 // ---- the plugin's logger ----------------------------------------------------------------
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 TEST(NetPluginLoad, PluginLinesReachFerrysLog) {
-  char path[] = "/tmp/ferry-net-plugin-log-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
+  test::LogCapture capture("INFO", "NET");
+  ASSERT_TRUE(capture.ok());
+  { EXPECT_NE(load(pluginParams(kV11), nullptr, 0xABCDEF), nullptr); }
   {
-    EnvGuard level("NCCL_DEBUG", "INFO");
-    EnvGuard subsys("NCCL_DEBUG_SUBSYS", "NET");
-    EnvGuard file("NCCL_DEBUG_FILE", path);
-    reloadLogConfig();
-    { EXPECT_NE(load(pluginParams(kV11), nullptr, 0xABCDEF), nullptr); }
     EnvGuard fail("FERRY_TEST_NET_FAIL_INIT", "1");
     EXPECT_EQ(load(pluginParams(kV11)), nullptr);
   }
-  reloadLogConfig();
-  std::string log = readFile(path);
-  unlink(path);
+  std::string log = capture.text();
   const std::string pid = std::to_string(getpid());
   // INFO: the plugin's printf arguments formatted, its subsystem honoured.
   EXPECT_NE(log.find("NCCL INFO ferrytest: init v11 in pid " + pid + ", commId 0xabcdef"),
