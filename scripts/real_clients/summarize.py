@@ -10,7 +10,10 @@ did not plan shows "-". Times are the slowest rank's. Columns are runs
 Repeated modes (tags ending in -r2, -r3, ...: the same mode run again)
 are then folded: the median of each time over a mode's runs, and
 Ferry/NCCL ratios of those medians per loading mode (ferry-lazy against
-nccl-lazy, kernel-eager against nccl-eager, ...). Single runs of these
+nccl-lazy, kernel-eager against nccl-eager, ...), with the pipelining
+schedules' geometric mean and a 90% bootstrap interval for it over the
+runs (how far other runs of the same processes could move it: issue 15's
+"<= 1.0x" judged against the noise). Single runs of these
 cases vary by 30-50% with the machine: read the medians, or better the
 paired runs' table (modeA-paN beside modeB-pbN, made at the same time on
 other GPUs): the median of per-run ratios. CLIENT_AB_ENV's variants (cases
@@ -21,6 +24,7 @@ column is the method's own noise.
 """
 import json
 import math
+import random
 import re
 import statistics
 import sys
@@ -181,17 +185,21 @@ def run_values(cases):
     return out
 
 
-def folded_medians(runs):
-    """mode -> (case, metric) -> (median over the mode's runs, run count),
-    each run's value being its slowest rank's."""
+def folded_values(runs):
+    """mode -> (case, metric) -> every run's value (its slowest rank's)."""
     out = OrderedDict()
     for tag, cases in runs.items():
         if tag.startswith("nccltests-"):
             continue
         for key, value in run_values(cases).items():
             out.setdefault(base_mode(tag), OrderedDict()).setdefault(key, []).append(value)
+    return out
+
+
+def folded_medians(runs):
+    """mode -> (case, metric) -> (median over the mode's runs, run count)."""
     return OrderedDict((m, OrderedDict((k, (statistics.median(v), len(v))) for k, v in d.items()))
-                       for m, d in out.items())
+                       for m, d in folded_values(runs).items())
 
 
 def median_tables(runs):
@@ -226,6 +234,11 @@ def median_tables(runs):
     if any(n for _, n in means):
         cells = [f"{g:.3f} ({n})" if n else "-" for g, n in means]
         print("| pipe step_ms, geometric mean over schedules (count) | " + " | ".join(cells) + " |")
+        vals = folded_values(runs)
+        spans = [pipe_geomean_interval(vals[a], vals[b]) for a, b in pairs]
+        cells = [f"{lo:.3f}-{hi:.3f}" if lo is not None else "-" for lo, hi in spans]
+        print("| pipe step_ms, geometric mean: 90% bootstrap interval over runs | "
+              + " | ".join(cells) + " |")
 
 
 def pipe_geomean(a, b):
@@ -233,10 +246,41 @@ def pipe_geomean(a, b):
     modes ran of (a's median step / b's), every schedule weighing the same
     (a schedule run again in one process, pipe.NAME~2, and CLIENT_AB_ENV's
     pipe.NAME+B variants left out); (None, 0) when none."""
-    logs = [math.log(a[k][0] / b[k][0]) for k in a
-            if k[1] == "step_ms" and re.fullmatch(r"pipe\.[A-Za-z0-9]+", k[0]) and k in b
-            and b[k][0] > 0 and a[k][0] > 0]
+    logs = [math.log(a[k][0] / b[k][0]) for k in pipe_schedules(a, b)
+            if b[k][0] > 0 and a[k][0] > 0]
     return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else (None, 0)
+
+
+def pipe_schedules(a, b):
+    """The base schedules' step_ms keys both modes ran (pipe.NAME~2 and
+    CLIENT_AB_ENV's pipe.NAME+B left out)."""
+    return [k for k in a if k[1] == "step_ms" and re.fullmatch(r"pipe\.[A-Za-z0-9]+", k[0])
+            and k in b]
+
+
+def pipe_geomean_interval(a, b, rounds=2000, seed=20261129):
+    """How far the geometric mean of pipe_geomean could move with other runs
+    of the same processes: a and b map (case, metric) to every run's value;
+    each round draws, per schedule, as many runs as each mode has (with
+    replacement, each mode on its own) and takes the geometric mean of the
+    per-schedule median ratios; returns the 5th and 95th percentiles of the
+    rounds. A fixed seed: the same logs give the same interval. (None,
+    None) unless every schedule ran at least twice under both modes (one
+    run has no spread to draw from)."""
+    keys = pipe_schedules(a, b)
+    if not keys or any(len(a[k]) < 2 or len(b[k]) < 2 or min(a[k] + b[k]) <= 0 for k in keys):
+        return None, None
+    rnd = random.Random(seed)
+    means = []
+    for _ in range(rounds):
+        logs = []
+        for k in keys:
+            ma = statistics.median(rnd.choices(a[k], k=len(a[k])))
+            mb = statistics.median(rnd.choices(b[k], k=len(b[k])))
+            logs.append(math.log(ma / mb))
+        means.append(math.exp(sum(logs) / len(logs)))
+    means.sort()
+    return means[int(0.05 * (rounds - 1))], means[int(0.95 * (rounds - 1))]
 
 
 def ab_table(runs):

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import random
+import statistics
 import sys
 import tempfile
 
@@ -116,6 +117,42 @@ def main():
     want = f"{prod ** (1 / 3):.3f} (3)"
     cells = row(text, "| Ferry/NCCL time", "pipe step_ms, geometric mean over schedules (count)")
     expect(cells == [want], f"pipe geometric mean {cells}, computed {want}")
+    # Both runs of each mode gave the same times: nothing to draw from, so
+    # the bootstrap interval is the point itself.
+    point = f"{prod ** (1 / 3):.3f}"
+    cells = row(text, "| Ferry/NCCL time", "pipe step_ms, geometric mean: 90% bootstrap interval over runs")
+    expect(cells == [f"{point}-{point}"], f"interval of identical runs {cells}, expected {point}-{point}")
+
+    # Runs that differ: the interval holds the point estimate, has width, and
+    # stays inside what any draw could give (every schedule's smallest Ferry
+    # time over NCCL's largest, and the other way round). One run of a mode
+    # has no spread: "-".
+    spread = {name: ([rnd.uniform(5, 30) for _ in range(4)], [rnd.uniform(5, 30) for _ in range(3)])
+              for name in ("GPipe", "1F1B", "DualPipeV")}
+    with tempfile.TemporaryDirectory() as d:
+        lines = []
+        for name, (fv, nv) in spread.items():
+            for lib, vals in (("ferry", fv), ("nccl", nv)):
+                for r, v in enumerate(vals):
+                    tag = f"{lib}-lazy" + (f"-r{r + 1}" if r else "")
+                    lines += [line(tag, f"pipe.{name}", k, step_ms=v) for k in (0, 1)]
+            lines += [line("kernel-lazy", f"pipe.{name}", k, step_ms=fv[0]) for k in (0, 1)]
+        _, text = run([write_log(d, "spread.log", lines)])
+
+    def gmean(xs):
+        p = 1.0
+        for x in xs:
+            p *= x
+        return p ** (1 / len(xs))
+
+    point = gmean([statistics.median(f) / statistics.median(n) for f, n in spread.values()])
+    low = gmean([min(f) / max(n) for f, n in spread.values()])
+    high = gmean([max(f) / min(n) for f, n in spread.values()])
+    cells = row(text, "| Ferry/NCCL time", "pipe step_ms, geometric mean: 90% bootstrap interval over runs")
+    lo, hi = (float(x) for x in cells[0].split("-"))
+    expect(low - 1e-3 <= lo <= point + 1e-3 <= hi + 2e-3 <= high + 3e-3 and lo < hi,
+           f"interval {cells[0]} around {point:.3f}, bounds {low:.3f}-{high:.3f}")
+    expect(cells[1] == "-", f"an interval from one kernel-lazy run: {cells}")
     # Repeated modes without any pipelining case: no geometric-mean row.
     with tempfile.TemporaryDirectory() as d:
         lines = [line(tag, "a2a", k, median_ms=rnd.uniform(0.5, 1.0))
@@ -167,7 +204,8 @@ def main():
     if failures:
         print(text)
         return 1
-    print("PASS summarize: planned/missing cells, folded medians, side-by-side ratios, A/B runs")
+    print("PASS summarize: planned/missing cells, folded medians, geometric mean and its interval, "
+          "side-by-side ratios, A/B runs")
     return 0
 
 
