@@ -25,24 +25,24 @@
 
 static int gRank = -1;
 
-#define NCCLCHECK(call)                                                              \
-  do {                                                                               \
-    ncclResult_t r_ = (call);                                                        \
-    if (r_ != ncclSuccess) {                                                         \
-      fprintf(stderr, "rank %d: %s failed: %s (%s) at %s:%d\n", gRank, #call,        \
-              ncclGetErrorString(r_), ncclGetLastError(NULL), __FILE__, __LINE__);  \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                  \
-    }                                                                                \
+#define NCCLCHECK(call)                                                            \
+  do {                                                                             \
+    ncclResult_t r_ = (call);                                                      \
+    if (r_ != ncclSuccess) {                                                       \
+      fprintf(stderr, "rank %d: %s failed: %s (%s) at %s:%d\n", gRank, #call,      \
+              ncclGetErrorString(r_), ncclGetLastError(NULL), __FILE__, __LINE__); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                \
+    }                                                                              \
   } while (0)
 
-#define EXPECT(cond, ...)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define EXPECT(cond, ...)                                                             \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
       fprintf(stderr, "rank %d: check failed at %s:%d: ", gRank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
+      fprintf(stderr, __VA_ARGS__);                                                   \
+      fprintf(stderr, "\n");                                                          \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                   \
+    }                                                                                 \
   } while (0)
 
 /* The value rank `r` contributes at element `i` of buffer `tag`: every rank
@@ -90,8 +90,8 @@ static void checkBroadcast(ncclComm_t comm, uint64_t seed, int rank, int n) {
   NCCLCHECK(ncclBroadcast(buf, buf, count, ncclFloat32, root, comm, NULL));
   for (size_t i = 0; i < count; ++i) {
     float want = (float)(mix(seed, 2, root, i) % 1000003) / 7.0f;
-    EXPECT(memcmp(&buf[i], &want, sizeof(float)) == 0, "broadcast element %zu: %g, expected %g",
-           i, buf[i], want);
+    EXPECT(memcmp(&buf[i], &want, sizeof(float)) == 0, "broadcast element %zu: %g, expected %g", i,
+           buf[i], want);
   }
   free(buf);
 }
@@ -125,8 +125,8 @@ static void checkReduceScatter(ncclComm_t comm, uint64_t seed, int rank, int n) 
       int64_t v = (int64_t)mix(seed, 4, r, rank * count + i);
       if (v > want) want = v;
     }
-    EXPECT(out[i] == want, "reduce-scatter element %zu: %lld, expected %lld", i,
-           (long long)out[i], (long long)want);
+    EXPECT(out[i] == want, "reduce-scatter element %zu: %lld, expected %lld", i, (long long)out[i],
+           (long long)want);
   }
   free(in);
   free(out);
@@ -173,8 +173,8 @@ static void checkPointToPoint(ncclComm_t comm, uint64_t seed, int rank, int n) {
     size_t r = a2aCount(seed, p, rank);
     for (size_t i = 0; i < r; ++i) {
       uint32_t want = (uint32_t)mix(seed, 7 + rank, p, i);
-      EXPECT(recvBufs[p][i] == want, "all-to-all from rank %d element %zu: %u, expected %u", p,
-             i, recvBufs[p][i], want);
+      EXPECT(recvBufs[p][i] == want, "all-to-all from rank %d element %zu: %u, expected %u", p, i,
+             recvBufs[p][i], want);
     }
     free(sendBufs[p]);
     free(recvBufs[p]);
@@ -188,8 +188,8 @@ static void checkAll(ncclComm_t comm, uint64_t seed, int rank, int n) {
   int count = -1, me = -1;
   NCCLCHECK(ncclCommCount(comm, &count));
   NCCLCHECK(ncclCommUserRank(comm, &me));
-  EXPECT(count == n && me == rank, "communicator says rank %d of %d, MPI says %d of %d", me,
-         count, rank, n);
+  EXPECT(count == n && me == rank, "communicator says rank %d of %d, MPI says %d of %d", me, count,
+         rank, n);
   checkAllReduce(comm, seed, rank, n, 1);
   checkBroadcast(comm, seed, rank, n);
   checkAllGather(comm, seed, rank, n);
