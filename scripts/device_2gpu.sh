@@ -7,7 +7,8 @@
 # Usage: scripts/device_2gpu.sh   (knobs: DEADLINE_S, default 430; STAGES,
 #   default "clients nccltests gpu", any of those, p2pdiag (the FERRY_PROFILE
 #   and push-wait runs of real_clients.sh), death (real_clients.sh's) and
-#   memory, inittime, wincoll or any other device_p2p.sh stage (copyov,
+#   memory, inittime, wincoll, ntmpi (nccl-tests under mpiexec, one GPU per
+#   rank; carry .mpikit, made by scripts/mpi_kit.sh) or any other device_p2p.sh stage (copyov,
 #   cesplit, ...), in the order given; clients2 is a second clients stage
 #   with CLIENT_MODES2, CLIENT_CASES2 (default pipe) and CLIENT_SCHEDULES2;
 #   GPU_REGEX limits the gpu stage to the GPU tests it matches (ctest -R);
@@ -66,6 +67,11 @@ for st in ${STAGES:-clients nccltests gpu}; do
       NT_ARGS=${NT_ARGS:--b 8 -e 1G -f 32 -g 2 -c 1 -n 3 -w 1} NT_TIMEOUT=${NT_TIMEOUT:-20} \
         timeout $(($(left) - 30)) "$here/real_clients.sh" /tmp/fb nccltests
     fi
+    ;;
+  ntmpi)  # nccl-tests under mpiexec, one GPU per rank (carry .mpikit: scripts/mpi_kit.sh)
+    [ -n "$ntb" ] && wait $ntb
+    [ "$(left)" -gt 90 ] && NT_TIMEOUT=${NT_TIMEOUT:-30} timeout $(($(left) - 30)) \
+      "$here/real_clients.sh" /tmp/fb ntmpi
     ;;
   gpu)
     if [ "$(left)" -gt 40 ]; then

@@ -8,6 +8,9 @@
 #   stages: torch      clients.py in every mode of $CLIENT_MODES
 #           nccltests  every *_perf binary of $NCCL_TESTS_DIR, both libraries
 #           ntbuild    only build nccl-tests (to overlap the build with other work)
+#           ntmpi      nccl-tests built with MPI=1, one GPU per process under
+#                      mpiexec (NT_NP ranks, default 2; the MPICH of .mpikit,
+#                      made by scripts/mpi_kit.sh and carried), both libraries
 #           p2pdiag    a2a, batch, blocking under Ferry: pushes/pulls, mappings, staging,
 #                      the CPU profile of each launch phase (FERRY_PROFILE=1)
 #           hangdiag   one pipelining schedule under Ferry with P2P tracing;
@@ -128,6 +131,19 @@ nt_build() {
     >"$out/nt-build.log" 2>&1 || { tail -20 "$out/nt-build.log"; return 1; }
 }
 
+# nccl-tests with MPI=1 against the carried MPICH kit: the multi-process way
+# clusters run it (one GPU per rank; the -g 2 build drives both from one).
+kit=${MPI_KIT:-$here/../.mpikit}
+ntmdir=/tmp/nccl-tests-mpi
+nt_build_mpi() {
+  [ -x "$ntmdir/all_reduce_perf" ] && return 0
+  [ -x "$kit/bin/mpiexec" ] || { echo "no MPI kit at $kit: run scripts/mpi_kit.sh, carry .mpikit"; return 1; }
+  nt_build || return 1  # its /tmp/nccl-home (NVIDIA's headers, the wheel's library)
+  make -C "$ntsrc/src" -j 32 BUILDDIR="$ntmdir" DSO=1 NCCL_HOME=/tmp/nccl-home MPI=1 MPI_HOME="$kit" \
+    CUDA_HOME=/usr/local/cuda NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
+    >"$out/ntmpi-build.log" 2>&1 || { tail -20 "$out/ntmpi-build.log"; return 1; }
+}
+
 for s in $stages; do
   echo "=== $s ($(date +%T))"
   case $s in
@@ -155,6 +171,26 @@ for s in $stages; do
         LD_LIBRARY_PATH=$dir:$ntdir/verifiable LD_PRELOAD=$dir/libnccl.so.2 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
           timeout ${NT_TIMEOUT:-120} "$bin" $ntargs >"$log" 2>&1
         python3 "$here/real_clients/parse_nccl_tests.py" "nccltests-$lib" "$op" "$log" $? >>"$out/nt-results.log"
+      done
+      tail -2 "$out/nt-results.log" | cut -c1-160
+    done
+    ;;
+  ntmpi)
+    nt_build_mpi || exit 1
+    np=${NT_NP:-2}
+    for bin in "$ntmdir"/*_perf; do
+      op=$(basename "$bin" _perf)
+      for lib in nccl ferry; do
+        dir=$(dirname "$nccl")
+        [ $lib = ferry ] && dir=$b
+        log="$out/ntmpi-$op-$lib.log"
+        # -genv: the ranks get the library, mpiexec and its proxies do not.
+        LD_LIBRARY_PATH=$kit/lib UCX_MODULE_DIR=$kit/lib/ucx timeout ${NT_TIMEOUT:-120} \
+          "$kit/bin/mpiexec" -n $np -genv LD_LIBRARY_PATH "$dir:$ntmdir/verifiable:$kit/lib" \
+          -genv LD_PRELOAD "$dir/libnccl.so.2" -genv NCCL_DEBUG INFO -genv NCCL_DEBUG_SUBSYS INIT \
+          "$bin" ${NT_MPI_ARGS:--b 8 -e 1G -f 32 -g 1 -c 1 -n 3 -w 1} >"$log" 2>&1
+        python3 "$here/real_clients/parse_nccl_tests.py" "nccltests-mpi-$lib" "$op" "$log" $? \
+          >>"$out/nt-results.log"
       done
       tail -2 "$out/nt-results.log" | cut -c1-160
     done

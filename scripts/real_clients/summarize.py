@@ -334,31 +334,37 @@ def paired_tables(runs):
                   f" {ratios[0]:.2f}-{ratios[-1]:.2f} | {ma:.4g} | {mb:.4g} |")
 
 
+# nccl-tests' two ways of driving GPUs (real_clients.sh): one process with
+# -g 2 (stage nccltests) and one process per GPU under mpiexec (ntmpi).
+NT_SUITES = (("nccltests", "nccl-tests -g 2"), ("nccltests-mpi", "nccl-tests MPI, 1 GPU per rank"))
+
+
 def busbw_table(runs):
     """nccl-tests: out-of-place busbw (GB/s) per op and size, Ferry beside
-    NCCL. Returns how many runs loaded the wrong library."""
-    ferry, nccl = runs.get("nccltests-ferry"), runs.get("nccltests-nccl")
-    if not ferry or not nccl:
-        return 0
+    NCCL, one table per way of running them. Returns how many runs loaded
+    the wrong library."""
     wrong_lib = 0
-    for tag, want in (("nccltests-ferry", "ferry"), ("nccltests-nccl", "nccl")):
-        for name, recs in runs[tag].items():
-            if any(r["lib"] != want for r in recs):
-                print(f"\n{name} under {tag} ran {recs[0]['lib']}, not {want}")
-                wrong_lib += 1
-    print("\n| nccl-tests -g 2 | size | Ferry busbw | NCCL busbw | Ferry/NCCL |")
-    print("|---|---:|---:|---:|---:|")
-    for name in ferry:
-        if name not in nccl:
+    for prefix, title in NT_SUITES:
+        ferry, nccl = runs.get(f"{prefix}-ferry"), runs.get(f"{prefix}-nccl")
+        if not ferry or not nccl:
             continue
-        f, n = ferry[name][0]["busbw"], nccl[name][0]["busbw"]
-        for size in sorted(set(f) & set(n), key=int):
-            if int(size) < 4096:
+        for tag, want in ((f"{prefix}-ferry", "ferry"), (f"{prefix}-nccl", "nccl")):
+            for name, recs in runs[tag].items():
+                if any(r["lib"] != want for r in recs):
+                    print(f"\n{name} under {tag} ran {recs[0]['lib']}, not {want}")
+                    wrong_lib += 1
+        print(f"\n| {title} | size | Ferry busbw | NCCL busbw | Ferry/NCCL |")
+        print("|---|---:|---:|---:|---:|")
+        for name in ferry:
+            if name not in nccl:
                 continue
-            ratio = f"{f[size] / n[size]:.2f}" if n[size] > 0 else "-"
-            print(f"| {name[len('nccl-tests.'):]} | {int(size)} | {f[size]} | {n[size]} | {ratio} |")
+            f, n = ferry[name][0]["busbw"], nccl[name][0]["busbw"]
+            for size in sorted(set(f) & set(n), key=int):
+                if int(size) < 4096:
+                    continue
+                ratio = f"{f[size] / n[size]:.2f}" if n[size] > 0 else "-"
+                print(f"| {name[len('nccl-tests.'):]} | {int(size)} | {f[size]} | {n[size]} | {ratio} |")
     return wrong_lib
-
 
 if __name__ == "__main__":
     sys.exit(main())

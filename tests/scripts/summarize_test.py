@@ -199,13 +199,35 @@ def main():
     expect(len(ratio_rows) == 1, f"b_over_a only in the medians table, not as a Ferry/NCCL ratio: "
            f"{ratio_rows}")
 
+    # nccl-tests, both ways of running them: a busbw table each, Ferry over
+    # NCCL per size (sizes under 4 KiB left out), and a run that loaded the
+    # other library counted as failing.
+    bw = {(suite, lib): {str(1 << k): round(rnd.uniform(1, 300), 2) for k in (10, 13, 23)}
+          for suite in ("nccltests", "nccltests-mpi") for lib in ("ferry", "nccl")}
+    with tempfile.TemporaryDirectory() as d:
+        lines = []
+        for (suite, lib), vals in bw.items():
+            rec = line(f"{suite}-{lib}", "nccl-tests.all_reduce", 0, wrong=0, busbw=vals)
+            if (suite, lib) == ("nccltests-mpi", "ferry"):
+                rec = rec.replace('"lib": "ferry"', '"lib": "nccl"')  # the preload missed
+            lines.append(rec)
+        rc, text = run([write_log(d, "nt.log", lines)])
+    for suite, title in (("nccltests", "| nccl-tests -g 2"), ("nccltests-mpi", "| nccl-tests MPI")):
+        f, n = bw[(suite, "ferry")], bw[(suite, "nccl")]
+        cells = row(text, title, "all_reduce")
+        want = [str(1 << 13), str(f[str(1 << 13)]), str(n[str(1 << 13)]),
+                f"{f[str(1 << 13)] / n[str(1 << 13)]:.2f}"]
+        expect(cells == want, f"{suite} busbw row {cells}, expected {want}")
+    expect(rc == 1 and "under nccltests-mpi-ferry ran nccl" in text,
+           f"a run of the wrong library not flagged (exit {rc}):\n{text}")
+
     for f in failures:
         print("FAIL", f)
     if failures:
         print(text)
         return 1
     print("PASS summarize: planned/missing cells, folded medians, geometric mean and its interval, "
-          "side-by-side ratios, A/B runs")
+          "side-by-side ratios, A/B runs, nccl-tests tables")
     return 0
 
 
