@@ -8,19 +8,21 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_executable(mpi_client ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/mpi_client.c)
   target_link_libraries(mpi_client PRIVATE MPI::MPI_C nccl)
   target_include_directories(mpi_client PRIVATE ${CMAKE_SOURCE_DIR}/include)
-  foreach(n ${ferry_mpi_ranks})
-    # Passes when mpiexec exits 0 AND every rank printed its PASS line (a job
-    # that ran fewer ranks than asked must not pass); timeout(1) bounds it,
-    # since mpiexec itself would wait on a hung rank.
-    add_test(NAME mpi.client.n${n}
-      COMMAND sh -c "out=$(timeout -k 10 200 \"$0\" ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS} \"$1\" ${MPIEXEC_POSTFLAGS} 2>&1); rc=$?; echo \"$out\"; passed=$(echo \"$out\" | grep -c ' of ${n}: PASS$'); echo \"exit $rc, $passed of ${n} ranks passed\"; [ $rc -eq 0 ] && [ $passed -eq ${n} ]"
-              ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_client>)
-    set_tests_properties(mpi.client.n${n} PROPERTIES LABELS multiproc TIMEOUT 240
+  function(ferry_mpi_test name ranks hosts)
+    add_test(NAME ${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/mpi_run.sh
+             ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_client> ${ranks} ${hosts})
+    set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240
       ENVIRONMENT "FERRY_RUNTIME=host")
-  endforeach()
-else()
+  endfunction()
   foreach(n ${ferry_mpi_ranks})
-    add_test(NAME mpi.client.n${n} COMMAND sh -c "echo 'no MPI (mpicc, mpiexec): skipped'; exit 77")
-    set_tests_properties(mpi.client.n${n} PROPERTIES LABELS multiproc SKIP_RETURN_CODE 77)
+    ferry_mpi_test(mpi.client.n${n} ${n} 1)
+  endforeach()
+  # Two emulated hosts of two ranks each (NCCL_HOSTID per MPMD group): the
+  # network transport under MPI.
+  ferry_mpi_test(mpi.client.hosts.2x2 4 2)
+else()
+  foreach(t mpi.client.n2 mpi.client.n3 mpi.client.n4 mpi.client.hosts.2x2)
+    add_test(NAME ${t} COMMAND sh -c "echo 'no MPI (mpicc, mpiexec): skipped'; exit 77")
+    set_tests_properties(${t} PROPERTIES LABELS multiproc SKIP_RETURN_CODE 77)
   endforeach()
 endif()

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Runs mpi_client under mpiexec as a test: MPIEXEC PROGRAM RANKS [HOSTS]
+# starts RANKS ranks; with HOSTS, as that many emulated hosts (consecutive
+# ranks share one: NCCL_HOSTID set per group through mpiexec's MPMD form,
+# `-n k -env VAR value prog : ...`, which MPICH and Open MPI both take).
+# Passes when mpiexec exits 0 and every rank printed its PASS line (a job
+# that ran fewer ranks must not pass); timeout(1) bounds it, since mpiexec
+# itself would wait on a hung rank.
+mpiexec=$1 prog=$2 n=$3 hosts=${4:-1}
+per=$((n / hosts))
+set -- -n "$n" "$prog"  # one host: the environment as the user left it
+if [ "$hosts" -gt 1 ]; then
+  set --
+  h=0
+  while [ $h -lt "$hosts" ]; do
+    [ $h -gt 0 ] && set -- "$@" :
+    set -- "$@" -n $per -env NCCL_HOSTID "mpi-test-host$h" "$prog"
+    h=$((h + 1))
+  done
+fi
+out=$(timeout -k 10 200 "$mpiexec" "$@" 2>&1)
+rc=$?
+echo "$out"
+passed=$(echo "$out" | grep -c " of $n: PASS$")
+echo "exit $rc, $passed of $n ranks passed"
+[ $rc -eq 0 ] && [ "$passed" -eq "$n" ]
