@@ -144,6 +144,34 @@ nt_build_mpi() {
     >"$out/ntmpi-build.log" 2>&1 || { tail -20 "$out/ntmpi-build.log"; return 1; }
 }
 
+# Every *_perf of $1 under both libraries: `$4 BINARY LIBDIR LOG` runs one
+# (LIBDIR holds the libnccl.so.2 it preloads), logs $out/$3-OP-LIB.log, and
+# its RESULT line (tag $2-LIB) joins nt-results.log.
+nt_each() {
+  local bins=$1 tag=$2 logname=$3 runner=$4 bin op lib dir log
+  for bin in "$bins"/*_perf; do
+    op=$(basename "$bin" _perf)
+    for lib in nccl ferry; do
+      dir=$(dirname "$nccl")
+      [ $lib = ferry ] && dir=$b
+      log="$out/$logname-$op-$lib.log"
+      $runner "$bin" "$dir" "$log"
+      python3 "$here/real_clients/parse_nccl_tests.py" "$tag-$lib" "$op" "$log" $? >>"$out/nt-results.log"
+    done
+    tail -2 "$out/nt-results.log" | cut -c1-160
+  done
+}
+nt_one() {  # one process, both GPUs (-g 2)
+  LD_LIBRARY_PATH=$2:$ntdir/verifiable LD_PRELOAD=$2/libnccl.so.2 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+    timeout ${NT_TIMEOUT:-120} "$1" $ntargs >"$3" 2>&1
+}
+nt_one_mpi() {  # NT_NP processes, one GPU each; -genv: the ranks get the library, mpiexec does not
+  LD_LIBRARY_PATH=$kit/lib UCX_MODULE_DIR=$kit/lib/ucx timeout ${NT_TIMEOUT:-120} \
+    "$kit/bin/mpiexec" -n ${NT_NP:-2} -genv LD_LIBRARY_PATH "$2:$ntmdir/verifiable:$kit/lib" \
+    -genv LD_PRELOAD "$2/libnccl.so.2" -genv NCCL_DEBUG INFO -genv NCCL_DEBUG_SUBSYS INIT \
+    "$1" ${NT_MPI_ARGS:--b 8 -e 1G -f 32 -g 1 -c 1 -n 3 -w 1} >"$3" 2>&1
+}
+
 for s in $stages; do
   echo "=== $s ($(date +%T))"
   case $s in
@@ -162,38 +190,11 @@ for s in $stages; do
     ;;
   nccltests)
     nt_build || exit 1
-    for bin in "$ntdir"/*_perf; do
-      op=$(basename "$bin" _perf)
-      for lib in nccl ferry; do
-        dir=$(dirname "$nccl")
-        [ $lib = ferry ] && dir=$b
-        log="$out/nt-$op-$lib.log"
-        LD_LIBRARY_PATH=$dir:$ntdir/verifiable LD_PRELOAD=$dir/libnccl.so.2 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
-          timeout ${NT_TIMEOUT:-120} "$bin" $ntargs >"$log" 2>&1
-        python3 "$here/real_clients/parse_nccl_tests.py" "nccltests-$lib" "$op" "$log" $? >>"$out/nt-results.log"
-      done
-      tail -2 "$out/nt-results.log" | cut -c1-160
-    done
+    nt_each "$ntdir" nccltests nt nt_one
     ;;
   ntmpi)
     nt_build_mpi || exit 1
-    np=${NT_NP:-2}
-    for bin in "$ntmdir"/*_perf; do
-      op=$(basename "$bin" _perf)
-      for lib in nccl ferry; do
-        dir=$(dirname "$nccl")
-        [ $lib = ferry ] && dir=$b
-        log="$out/ntmpi-$op-$lib.log"
-        # -genv: the ranks get the library, mpiexec and its proxies do not.
-        LD_LIBRARY_PATH=$kit/lib UCX_MODULE_DIR=$kit/lib/ucx timeout ${NT_TIMEOUT:-120} \
-          "$kit/bin/mpiexec" -n $np -genv LD_LIBRARY_PATH "$dir:$ntmdir/verifiable:$kit/lib" \
-          -genv LD_PRELOAD "$dir/libnccl.so.2" -genv NCCL_DEBUG INFO -genv NCCL_DEBUG_SUBSYS INIT \
-          "$bin" ${NT_MPI_ARGS:--b 8 -e 1G -f 32 -g 1 -c 1 -n 3 -w 1} >"$log" 2>&1
-        python3 "$here/real_clients/parse_nccl_tests.py" "nccltests-mpi-$lib" "$op" "$log" $? \
-          >>"$out/nt-results.log"
-      done
-      tail -2 "$out/nt-results.log" | cut -c1-160
-    done
+    nt_each "$ntmdir" nccltests-mpi ntmpi nt_one_mpi
     ;;
   hangdiag)
     m=${DIAG_MODE:-ferry-lazy}
