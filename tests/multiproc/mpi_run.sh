@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs mpi_client under mpiexec as a test: MPIEXEC PROGRAM RANKS [HOSTS]
 # starts RANKS ranks; with HOSTS, as that many emulated hosts (consecutive
-# ranks share one: NCCL_HOSTID set per group through mpiexec's MPMD form,
-# `-n k -env VAR value prog : ...`, which MPICH and Open MPI both take).
+# ranks share one: NCCL_HOSTID set per group through MPICH's MPMD form,
+# `-n k -env VAR value prog : ...`; mpi.cmake runs it with MPICH only).
 # Passes when mpiexec exits 0 and every rank printed its PASS line (a job
 # that ran fewer ranks must not pass); timeout(1) bounds it, since mpiexec
 # itself would wait on a hung rank.
