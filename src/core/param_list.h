@@ -151,6 +151,10 @@
     "its stream is busy: FERRY_P2P_PUSH_WAIT_BUSY) for the receiver to post, so it pushes "      \
     "straight from its buffer; after 3 misses in a row on a connection, "                         \
     "only every 8th message waits; a launch's waits share one such bound; 0: never.")          \
+  X(P2pPushRetryMax, "FERRY_P2P_PUSH_RETRY_MAX", Int, "8",                                       \
+    "A connection whose receiver missed 3 push waits in a row waits again only every Nth "        \
+    "message; N starts at 8 and doubles after each retry that misses again, up to this (8: "     \
+    "every 8th, fixed); a wait that finds its receiver resets it.")                               \
   X(P2pStagingGrowWait, "FERRY_P2P_STAGING_GROW_WAIT_US", Int, "2000",                          \
     "Under FERRY_P2P_STAGING_MAX_BYTES, how long a staged send that needs a new block waits "     \
     "(CPU) for its receiver to post or a block to free before the pool grows; 0: grow at once.") \

@@ -123,6 +123,8 @@ Status P2pEngine::create(const P2pSetupContext& ctx, std::atomic<Status>* asyncE
   }
   e->pushWaitBusy_ = busyMode == 0 || busyMode == 2 ? static_cast<int>(busyMode) : 1;
   e->pushWaitStaged_ = ctx.params->getInt(ParamId::P2pPushWaitStaged) != 0;
+  e->pushRetryMax_ = static_cast<uint32_t>(
+      std::clamp<int64_t>(ctx.params->getInt(ParamId::P2pPushRetryMax), kPushRetryEvery, 1 << 20));
   e->stagingGrowWaitNs_ =
       std::max<int64_t>(0, ctx.params->getInt(ParamId::P2pStagingGrowWait)) * 1000;
   e->stagingMaxBytes_ =
@@ -468,16 +470,20 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
   // wait would cost the CPU its whole bound for nothing, and torch's
   // pipelining schedules are CPU-bound (host time ~ step time, bench/
   // RESULTS.md session 16). Such a connection waits again only every
-  // kRetryEvery-th message, to notice when the pattern changes.
-  constexpr uint32_t kLateInARow = 3, kRetryEvery = 8;
+  // kPushRetryEvery-th message, to notice when the pattern changes; with
+  // FERRY_P2P_PUSH_RETRY_MAX above that, the interval doubles after each
+  // retry that misses again (in 1F1B such retries cost the sending stage
+  // ~0.5 ms of CPU a step, session 53).
+  constexpr uint32_t kLateInARow = 3;
   ConnectionBase& conn = *op.conn;
-  if (conn.lateReceives >= kLateInARow && ++conn.sinceWait < kRetryEvery) return;
+  const uint32_t every = std::max(kPushRetryEvery, conn.retryEvery);
+  if (conn.lateReceives >= kLateInARow && ++conn.sinceWait < every) return;
   conn.sinceWait = 0;
   // A receiver that has posted already needs no wait, and the stream's
   // fence need not be asked (~1.4 us per query once it has passed).
   PostInfo posted;
   if (peerPosted(op.ctrl(), true, op.seq, &posted)) {
-    conn.lateReceives = 0;
+    receiverCame(conn);
     // relaxed: statistics (describeCounters).
     conn.counters.pushWaits.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -498,7 +504,12 @@ void P2pEngine::awaitReceiver(const std::vector<P2pTask>& tasks, const std::vect
                      ? awaitWhileBusy(op, t.stream, std::min(sized, ns), ns)
                      : awaitPeerClaim(op.ctrl(), true, op.seq, ns, abortFlag_);
   *budgetNs -= steadyNowNs() - began;
-  if (arrived || ns == full) conn.lateReceives = arrived ? 0 : conn.lateReceives + 1;
+  if (arrived) {
+    receiverCame(conn);
+  } else if (ns == full) {  // a miss (a wait cut short by the launch's budget is none)
+    if (conn.lateReceives >= kLateInARow) conn.retryEvery = std::min(2 * every, pushRetryMax_);
+    ++conn.lateReceives;
+  }
   // relaxed: statistics (describeCounters).
   conn.counters.pushWaits.fetch_add(1, std::memory_order_relaxed);
   if (!arrived) conn.counters.pushWaitsMissed.fetch_add(1, std::memory_order_relaxed);
@@ -543,7 +554,7 @@ void P2pEngine::awaitStagingRoom(const P2pTask& t, Op& op) {
   const int64_t start = steadyNowNs();
   for (int64_t left = bound; left > 0; left = bound - (steadyNowNs() - start)) {
     if (awaitPeerClaim(ctrl, true, op.seq, std::min(kSliceNs, left), abortFlag_)) {
-      conn.lateReceives = 0;  // it came: not a receiver late by habit
+      receiverCame(conn);  // it came: not a receiver late by habit
       return;
     }
     // acquire: an abort or the peer's error report ends the wait at once.
@@ -563,6 +574,11 @@ void P2pEngine::awaitStagingRoom(const P2pTask& t, Op& op) {
         static_cast<unsigned long long>(stagingMaxBytes_),
         static_cast<unsigned long long>(pool.bytes()));
   }
+}
+
+void P2pEngine::receiverCame(ConnectionBase& conn) {
+  conn.lateReceives = 0;
+  conn.retryEvery = 0;
 }
 
 // FERRY_P2P_PUSH_WAIT_BUSY=2: the receiver's claim is awaited up to the

@@ -188,6 +188,11 @@ class P2pEngine {
   // The bounded CPU wait of FERRY_P2P_PUSH_WAIT_US before claiming send `i`.
   void awaitReceiver(const std::vector<P2pTask>& tasks, const std::vector<Op>& ops, size_t i,
                      int64_t* budgetNs);
+  // How many messages a receiver late by habit lets pass between two push
+  // waits at first (FERRY_P2P_PUSH_RETRY_MAX may let it grow).
+  static constexpr uint32_t kPushRetryEvery = 8;
+  // A push wait found its receiver: the connection is not late by habit.
+  static void receiverCame(ConnectionBase& conn);
   [[nodiscard]] bool awaitWhileBusy(const Op& op, void* stream, int64_t idleNs,
                                     int64_t busyNs) const;
   // Before a staged send grows the staging pool: FERRY_P2P_STAGING_MAX_BYTES.
@@ -265,6 +270,7 @@ class P2pEngine {
   int64_t pushWaitMinNs_ = 0;      // FERRY_P2P_PUSH_WAIT_MIN_US
   int pushWaitBusy_ = 0;           // FERRY_P2P_PUSH_WAIT_BUSY: 0, 1 or 2
   bool pushWaitStaged_ = true;     // FERRY_P2P_PUSH_WAIT_STAGED
+  uint32_t pushRetryMax_ = 8;      // FERRY_P2P_PUSH_RETRY_MAX (>= kPushRetryEvery)
   int64_t stagingGrowWaitNs_ = 0;  // FERRY_P2P_STAGING_GROW_WAIT_US
   uint64_t stagingMaxBytes_ = 0;   // FERRY_P2P_STAGING_MAX_BYTES
   int64_t stagingCapWaitNs_ = 0;   // FERRY_P2P_STAGING_WAIT_MS

@@ -118,9 +118,12 @@ struct ConnectionBase {
   // User state: sequence number of the next message enqueued.
   uint64_t nextSeq = 0;
   // Send side, user state: push waits in a row that the receiver did not
-  // answer in time, and messages since the last wait (P2pEngine::awaitReceiver).
+  // answer in time, messages since the last wait, and how many messages a
+  // receiver late by habit lets pass between two waits (0: the first
+  // interval, P2pEngine::awaitReceiver).
   uint32_t lateReceives = 0;
   uint32_t sinceWait = 0;
+  uint32_t retryEvery = 0;
   // The first failure (proxy thread or user thread); every later message
   // on the connection fails.
   std::atomic<Status> failed{ncclSuccess};

@@ -257,6 +257,23 @@ $<TARGET_FILE:mp_p2p> pipeline 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\
 n=$(echo \"$out\" | grep -oE 'p2p\\.pushwait n=[0-9]+' | grep -oE '[0-9]+$'); [ -n \"$n\" ] && [ \"$n\" -ge 1 ] && [ \"$n\" -le 4 ]")
 set_tests_properties(p2p.pipeline.latewait.n2 PROPERTIES LABELS multiproc TIMEOUT 120 ENVIRONMENT
   "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_STAGE_SENDS=1;FERRY_TEST_PAUSE_MS=100")
+# The retries of a receiver late by habit, over 64 sends of 1 MiB: every 8th
+# message waits again (waits at 0-3, 11, 19, ..., 59: 10-11), or, with
+# FERRY_P2P_PUSH_RETRY_MAX=256, the interval doubles after each retry that
+# misses (0-3, 11, 27, 59: 6-7). The profile counts the waits.
+foreach(variant "default;8;9;64" "backoff;256;4;8")
+  list(GET variant 0 name)
+  list(GET variant 1 max)
+  list(GET variant 2 low)
+  list(GET variant 3 high)
+  add_test(NAME p2p.pipeline.retry.${name}.n2
+    COMMAND bash -c "set -o pipefail; out=$($<TARGET_FILE:ferry-run> -n 2 --runtime host --timeout 100 \
+$<TARGET_FILE:mp_p2p> pipeline 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\" | grep -E 'CPU profile|pipeline'; \
+n=$(echo \"$out\" | grep -oE 'p2p\\.pushwait n=[0-9]+' | grep -oE '[0-9]+$'); echo \"$n push waits\"; \
+[ -n \"$n\" ] && [ \"$n\" -ge ${low} ] && [ \"$n\" -le ${high} ]")
+  set_tests_properties(p2p.pipeline.retry.${name}.n2 PROPERTIES LABELS multiproc TIMEOUT 120
+    ENVIRONMENT "FERRY_PROFILE=1;NCCL_DEBUG=INFO;NCCL_DEBUG_SUBSYS=P2P;FERRY_P2P_STAGE_SENDS=1;FERRY_P2P_KERNEL_MAX_BYTES=0;FERRY_TEST_PAUSE_MS=20;FERRY_TEST_PIPE_MSGS=64;FERRY_TEST_PIPE_MIB=1;FERRY_P2P_PUSH_RETRY_MAX=${max}")
+endforeach()
 # FERRY_P2P_PUSH_WAIT_STAGED=0: the same pipeline's sends are not exchanges,
 # so none waits (no p2p.pushwait in the profile), and every byte still lands.
 add_test(NAME p2p.pipeline.nostagedwait.n2

@@ -555,8 +555,13 @@ void casePipeline(World& w) {
   if (w.nranks % 2 != 0) return;
   const int peer = w.rank ^ 1;
   const bool sender = w.rank % 2 == 0;
-  const int k = 8;
-  const size_t bytes = (size_t{16} << 20) + 4096 * (w.seed % 7);
+  // FERRY_TEST_PIPE_MSGS / FERRY_TEST_PIPE_MIB: a longer run of smaller
+  // activations (the push-wait retry tests count waits over many messages).
+  const char* msgsEnv = getenv("FERRY_TEST_PIPE_MSGS");
+  const char* mibEnv = getenv("FERRY_TEST_PIPE_MIB");
+  const int k = msgsEnv != nullptr ? std::max(1, atoi(msgsEnv)) : 8;
+  const size_t mib = mibEnv != nullptr ? static_cast<size_t>(std::max(1, atoi(mibEnv))) : 16;
+  const size_t bytes = (mib << 20) + 4096 * (w.seed % 7);
   const char* pauseEnv = getenv("FERRY_TEST_PAUSE_MS");
   const double pauseS = (pauseEnv != nullptr ? atof(pauseEnv) : 20.0) / 1000.0;
   std::vector<std::unique_ptr<Message>> msgs;
