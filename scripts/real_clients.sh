@@ -119,29 +119,28 @@ torchrun_clients() {  # mode, extra clients.py args...
     "$here/real_clients/clients.py" --tag "$mode" --expect $expect "$@"
 }
 
-# Builds nccl-tests once, against NVIDIA's own headers (torch's wheel), as
-# users build it (the wheel ships libnccl.so.2 only: the link needs libnccl.so).
-nt_build() {
-  [ -x "$ntdir/all_reduce_perf" ] && return 0
-  local h=/tmp/nccl-home
+# Builds nccl-tests once into $1 (make log $out/$2.log; further words: make
+# variables), against NVIDIA's own headers (torch's wheel), as users build it
+# (the wheel ships libnccl.so.2 only: the link needs libnccl.so).
+nt_make() {
+  local dir=$1 log=$out/$2.log h=/tmp/nccl-home
+  shift 2
+  [ -x "$dir/all_reduce_perf" ] && return 0
   mkdir -p $h/lib && ln -sfn "$(dirname "$(dirname "$nccl")")/include" $h/include &&
     ln -sf "$nccl" $h/lib/libnccl.so && ln -sf "$nccl" $h/lib/libnccl.so.2
-  make -C "$ntsrc/src" -j 32 BUILDDIR="$ntdir" DSO=1 NCCL_HOME=$h \
+  make -C "$ntsrc/src" -j 32 BUILDDIR="$dir" DSO=1 NCCL_HOME=$h "$@" \
     CUDA_HOME=/usr/local/cuda NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
-    >"$out/nt-build.log" 2>&1 || { tail -20 "$out/nt-build.log"; return 1; }
+    >"$log" 2>&1 || { tail -20 "$log"; return 1; }
 }
+nt_build() { nt_make "$ntdir" nt-build; }
 
 # nccl-tests with MPI=1 against the carried MPICH kit: the multi-process way
 # clusters run it (one GPU per rank; the -g 2 build drives both from one).
 kit=${MPI_KIT:-$here/../.mpikit}
 ntmdir=/tmp/nccl-tests-mpi
 nt_build_mpi() {
-  [ -x "$ntmdir/all_reduce_perf" ] && return 0
   [ -x "$kit/bin/mpiexec" ] || { echo "no MPI kit at $kit: run scripts/mpi_kit.sh, carry .mpikit"; return 1; }
-  nt_build || return 1  # its /tmp/nccl-home (NVIDIA's headers, the wheel's library)
-  make -C "$ntsrc/src" -j 32 BUILDDIR="$ntmdir" DSO=1 NCCL_HOME=/tmp/nccl-home MPI=1 MPI_HOME="$kit" \
-    CUDA_HOME=/usr/local/cuda NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
-    >"$out/ntmpi-build.log" 2>&1 || { tail -20 "$out/ntmpi-build.log"; return 1; }
+  nt_make "$ntmdir" ntmpi-build MPI=1 MPI_HOME="$kit"
 }
 
 # Every *_perf of $1 under both libraries: `$4 BINARY LIBDIR LOG` runs one

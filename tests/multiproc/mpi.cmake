@@ -3,7 +3,10 @@
 # runs it; where no MPI is installed the tests report as skipped (.ci/run
 # installs MPICH).
 find_package(MPI COMPONENTS C QUIET)
-set(ferry_mpi_ranks 2 3 4)
+# name:ranks:emulated hosts (two hosts of two ranks: NCCL_HOSTID per MPMD
+# group, the network transport under MPI).
+set(ferry_mpi_tests mpi.client.n2:2:1 mpi.client.n3:3:1 mpi.client.n4:4:1
+                    mpi.client.hosts.2x2:4:2)
 # mpi_run.sh speaks MPICH's mpiexec (Hydra: `-env VAR value`, no root or
 # oversubscription checks); Open MPI's mpirun needs other flags, so with it
 # the tests report as skipped rather than fail for the launcher's reasons.
@@ -19,22 +22,20 @@ if(ferry_mpi_hydra)
   add_executable(mpi_client ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/mpi_client.c)
   target_link_libraries(mpi_client PRIVATE MPI::MPI_C nccl)
   target_include_directories(mpi_client PRIVATE ${CMAKE_SOURCE_DIR}/include)
-  function(ferry_mpi_test name ranks hosts)
+endif()
+foreach(entry ${ferry_mpi_tests})
+  string(REPLACE ":" ";" fields ${entry})
+  list(GET fields 0 name)
+  list(GET fields 1 ranks)
+  list(GET fields 2 hosts)
+  if(ferry_mpi_hydra)
     add_test(NAME ${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/mpi_run.sh
              ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_client> ${ranks} ${hosts})
     set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240
       ENVIRONMENT "FERRY_RUNTIME=host")
-  endfunction()
-  foreach(n ${ferry_mpi_ranks})
-    ferry_mpi_test(mpi.client.n${n} ${n} 1)
-  endforeach()
-  # Two emulated hosts of two ranks each (NCCL_HOSTID per MPMD group): the
-  # network transport under MPI.
-  ferry_mpi_test(mpi.client.hosts.2x2 4 2)
-else()
-  foreach(t mpi.client.n2 mpi.client.n3 mpi.client.n4 mpi.client.hosts.2x2)
-    add_test(NAME ${t}
+  else()
+    add_test(NAME ${name}
       COMMAND sh -c "echo 'no MPICH (mpicc and Hydra mpiexec; found: ${MPIEXEC_EXECUTABLE}): skipped'; exit 77")
-    set_tests_properties(${t} PROPERTIES LABELS multiproc SKIP_RETURN_CODE 77)
-  endforeach()
-endif()
+    set_tests_properties(${name} PROPERTIES LABELS multiproc SKIP_RETURN_CODE 77)
+  endif()
+endforeach()
