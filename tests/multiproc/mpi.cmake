@@ -3,10 +3,13 @@
 # runs it; where no MPI is installed the tests report as skipped (.ci/run
 # installs MPICH).
 find_package(MPI COMPONENTS C QUIET)
-# name:ranks:emulated hosts (two hosts of two ranks: NCCL_HOSTID per MPMD
-# group, the network transport under MPI).
-set(ferry_mpi_tests mpi.client.n2:2:1 mpi.client.n3:3:1 mpi.client.n4:4:1
-                    mpi.client.hosts.2x2:4:2)
+# name:ranks:emulated hosts:binding (two hosts of two ranks: NCCL_HOSTID per
+# MPMD group, the network transport under MPI; "core": every rank bound to
+# one core, as Open MPI does by default for a few ranks and Slurm with
+# --cpu-bind=cores, so Ferry's threads share their rank's one core).
+set(ferry_mpi_tests mpi.client.n2:2:1:none mpi.client.n3:3:1:none mpi.client.n4:4:1:none
+                    mpi.client.hosts.2x2:4:2:none mpi.client.bound.n4:4:1:core
+                    mpi.client.bound.hosts.2x2:4:2:core)
 # mpi_run.sh speaks MPICH's mpiexec (Hydra: `-env VAR value`, no root or
 # oversubscription checks); Open MPI's mpirun needs other flags, so with it
 # the tests report as skipped rather than fail for the launcher's reasons.
@@ -28,9 +31,10 @@ foreach(entry ${ferry_mpi_tests})
   list(GET fields 0 name)
   list(GET fields 1 ranks)
   list(GET fields 2 hosts)
+  list(GET fields 3 bind)
   if(ferry_mpi_hydra)
     add_test(NAME ${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/mpi_run.sh
-             ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_client> ${ranks} ${hosts})
+             ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_client> ${ranks} ${hosts} ${bind})
     set_tests_properties(${name} PROPERTIES LABELS multiproc TIMEOUT 240
       ENVIRONMENT "FERRY_RUNTIME=host")
   else()

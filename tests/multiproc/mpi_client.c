@@ -10,9 +10,14 @@
  * Exits 0 with "PASS" on every rank; on the first wrong element it prints
  * it and MPI_Abort()s the job.
  *
+ * FERRY_TEST_PRINT_CPUS=1: each rank first prints how many CPUs it may run
+ * on (mpi_run.sh checks that a bound job really bound every rank to one).
+ *
  * Run: mpiexec -n 4 mpi_client   (host runtime: FERRY_RUNTIME=host)
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <mpi.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +222,13 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   gRank = rank;
+  if (getenv("FERRY_TEST_PRINT_CPUS") != NULL) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    EXPECT(sched_getaffinity(0, sizeof(cpus), &cpus) == 0, "sched_getaffinity failed");
+    printf("rank %d allowed CPUs: %d\n", rank, CPU_COUNT(&cpus));
+    fflush(stdout);
+  }
 
   /* The node-local rank picks the device (as cudaSetDevice(localRank)). */
   MPI_Comm node;
