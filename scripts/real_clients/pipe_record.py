@@ -15,7 +15,8 @@ file in the repository (bench/pipe_runs.jsonl).
       and its 90% bootstrap interval (summarize.pipe_geomean_interval); then
       all labels together: the geometric mean over every (label, schedule)
       ratio, each label's runs redrawn on their own (machines differ between
-      sessions, so runs are compared only within a label).
+      sessions, so runs are compared only within a label); then the same per
+      schedule (which schedules carry the mean).
 """
 import argparse
 import datetime
@@ -124,6 +125,16 @@ def pool(args):
         print(f"| {lab} | {runs} | {n} | {g:.3f} | {fmt(lo, hi)} |" if g else f"| {lab} | {runs} | 0 | - | - |")
     g, lo, hi, n = pooled(a, b, labels)
     print(f"| **all {len(labels)}** | | {n} | **{g:.3f}** | {fmt(lo, hi)} |")
+    # Per schedule, every label pooled: which schedules carry the mean.
+    names = list(dict.fromkeys(k[0] for lab in labels for k in summarize.pipe_schedules(a[lab], b[lab])))
+    print(f"\n| schedule | labels | {args.a} / {args.b}, pooled | 90% interval |")
+    print("|---|---:|---:|---|")
+    for name in names:
+        key = (name, "step_ms")
+        mine = [lab for lab in labels if key in a[lab] and key in b[lab]]
+        g, lo, hi, _ = pooled({lab: {key: a[lab][key]} for lab in mine},
+                              {lab: {key: b[lab][key]} for lab in mine}, mine)
+        print(f"| {name[len('pipe.'):]} | {len(mine)} | {g:.3f} | {fmt(lo, hi)} |")
     return 0
 
 

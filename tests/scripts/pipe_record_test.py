@@ -2,7 +2,8 @@
 runs of two sessions go into one file (a label given twice is refused and
 leaves the file as it was), and the pooled geometric mean is the one
 computed here by hand from fresh random step times, every (label,
-schedule) weighing the same, with an interval that holds it."""
+schedule) weighing the same, with an interval that holds it, and so is
+one schedule's pooled over both sessions."""
 import contextlib
 import io
 import json
@@ -105,6 +106,14 @@ def main():
         row = [x for x in out.splitlines() if x.startswith("| s1 |")]
         check(len(row) == 1 and abs(float(row[0].split("|")[4]) - want1) < 0.0015,
               f"s1's own geometric mean, want {want1:.4f}:\n{out}")
+        # Per schedule, both labels pooled: GPipe's row.
+        g = [math.log(statistics.median(truth[lab]["ferry-lazy"]["GPipe"])
+                      / statistics.median(truth[lab]["nccl-lazy"]["GPipe"])) for lab in ("s1", "s2")]
+        wantg = math.exp(sum(g) / len(g))
+        row = [x for x in out.splitlines() if x.startswith("| GPipe |")]
+        check(len(row) == 1 and row[0].split("|")[2].strip() == "2"
+              and abs(float(row[0].split("|")[3]) - wantg) < 0.0015,
+              f"GPipe pooled over both labels, want {wantg:.4f}:\n{out}")
         rc, out = run(["pool", store, "--labels", "s2"])
         check("all 1" in out and "| s1 |" not in out, f"--labels s2 kept s1:\n{out}")
         rc, out = run(["pool", store, "--a", "kernel-lazy"])
