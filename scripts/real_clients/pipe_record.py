@@ -12,7 +12,7 @@ file in the repository (bench/pipe_runs.jsonl).
       the same runs must not count twice.
   pipe_record.py pool FILE [--a ferry-lazy] [--b nccl-lazy] [--labels L,...]
       per label, the geometric mean over schedules of median(a) / median(b)
-      and its 90% bootstrap interval (summarize.pipe_geomean_interval); then
+      and its 90% bootstrap interval (summarize.geomean_interval); then
       all labels together: the geometric mean over every (label, schedule)
       ratio, each label's runs redrawn on their own (machines differ between
       sessions, so runs are compared only within a label); then the same per
@@ -21,10 +21,7 @@ file in the repository (bench/pipe_runs.jsonl).
 import argparse
 import datetime
 import json
-import math
 import os
-import random
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,12 +41,9 @@ def records_from_logs(logs, label, machine, commit):
     out = []
     date = datetime.date.today().isoformat()
     for mode, values in summarize.folded_values(summarize.load(logs)).items():
-        for key, runs in values.items():
-            case, metric = key
-            if metric != "step_ms" or key not in summarize.pipe_schedules(values, values):
-                continue
+        for key in summarize.pipe_schedules(values, values):
             out.append({"label": label, "date": date, "machine": machine, "commit": commit,
-                        "mode": mode, "schedule": case[len("pipe."):], "step_ms": runs})
+                        "mode": mode, "schedule": key[0][len("pipe."):], "step_ms": values[key]})
     return out
 
 
@@ -79,26 +73,12 @@ def by_label(recs, mode):
     return out
 
 
-def pooled(a, b, labels, rounds=2000, seed=20261130):
-    """The geometric mean over every (label, schedule) of the median ratio,
-    and its 90% bootstrap interval: each round redraws each label's runs
-    per schedule and mode (with replacement, as many as there are)."""
+def pooled(a, b, labels):
+    """(geometric mean, 5th, 95th percentile, cells) over every (label,
+    schedule) of the median ratio: summarize.geomean_interval, each label's
+    runs redrawn per schedule and mode."""
     cells = [(a[lab][k], b[lab][k]) for lab in labels for k in summarize.pipe_schedules(a[lab], b[lab])]
-    cells = [(x, y) for x, y in cells if min(x + y) > 0]
-    if not cells:
-        return None, None, None, 0
-
-    def gmean(pairs):
-        return math.exp(sum(math.log(statistics.median(x) / statistics.median(y))
-                            for x, y in pairs) / len(pairs))
-
-    point = gmean(cells)
-    if any(len(x) < 2 or len(y) < 2 for x, y in cells):
-        return point, None, None, len(cells)
-    rnd = random.Random(seed)
-    means = sorted(gmean([(rnd.choices(x, k=len(x)), rnd.choices(y, k=len(y))) for x, y in cells])
-                   for _ in range(rounds))
-    return point, means[int(0.05 * (rounds - 1))], means[int(0.95 * (rounds - 1))], len(cells)
+    return summarize.geomean_interval(cells) + (len(cells),)
 
 
 def pool(args):
@@ -117,14 +97,15 @@ def pool(args):
     def fmt(lo, hi):
         return f"{lo:.3f}-{hi:.3f}" if lo is not None else "-"
 
+    def gfmt(g, bold=False):
+        return "-" if g is None else f"**{g:.3f}**" if bold else f"{g:.3f}"
+
     for lab in labels:
-        g, n = summarize.pipe_geomean({k: (statistics.median(v), len(v)) for k, v in a[lab].items()},
-                                      {k: (statistics.median(v), len(v)) for k, v in b[lab].items()})
-        lo, hi = summarize.pipe_geomean_interval(a[lab], b[lab])
+        g, lo, hi, n = pooled(a, b, [lab])
         runs = f"{max(map(len, a[lab].values()))} / {max(map(len, b[lab].values()))}"
-        print(f"| {lab} | {runs} | {n} | {g:.3f} | {fmt(lo, hi)} |" if g else f"| {lab} | {runs} | 0 | - | - |")
+        print(f"| {lab} | {runs} | {n} | {gfmt(g)} | {fmt(lo, hi)} |")
     g, lo, hi, n = pooled(a, b, labels)
-    print(f"| **all {len(labels)}** | | {n} | **{g:.3f}** | {fmt(lo, hi)} |")
+    print(f"| **all {len(labels)}** | | {n} | {gfmt(g, True)} | {fmt(lo, hi)} |")
     # Per schedule, every label pooled: which schedules carry the mean.
     names = list(dict.fromkeys(k[0] for lab in labels for k in summarize.pipe_schedules(a[lab], b[lab])))
     print(f"\n| schedule | labels | {args.a} / {args.b}, pooled | 90% interval |")
@@ -134,7 +115,7 @@ def pool(args):
         mine = [lab for lab in labels if key in a[lab] and key in b[lab]]
         g, lo, hi, _ = pooled({lab: {key: a[lab][key]} for lab in mine},
                               {lab: {key: b[lab][key]} for lab in mine}, mine)
-        print(f"| {name[len('pipe.'):]} | {len(mine)} | {g:.3f} | {fmt(lo, hi)} |")
+        print(f"| {name[len('pipe.'):]} | {len(mine)} | {gfmt(g)} | {fmt(lo, hi)} |")
     return 0
 
 

@@ -261,26 +261,35 @@ def pipe_schedules(a, b):
 def pipe_geomean_interval(a, b, rounds=2000, seed=20261129):
     """How far the geometric mean of pipe_geomean could move with other runs
     of the same processes: a and b map (case, metric) to every run's value;
-    each round draws, per schedule, as many runs as each mode has (with
-    replacement, each mode on its own) and takes the geometric mean of the
-    per-schedule median ratios; returns the 5th and 95th percentiles of the
-    rounds. A fixed seed: the same logs give the same interval. (None,
-    None) unless every schedule ran at least twice under both modes (one
-    run has no spread to draw from)."""
-    keys = pipe_schedules(a, b)
-    if not keys or any(len(a[k]) < 2 or len(b[k]) < 2 or min(a[k] + b[k]) <= 0 for k in keys):
-        return None, None
+    returns geomean_interval's percentiles over the schedules both ran.
+    (None, None) unless every schedule ran at least twice under both modes
+    (one run has no spread to draw from)."""
+    _, lo, hi = geomean_interval([(a[k], b[k]) for k in pipe_schedules(a, b)], rounds, seed)
+    return lo, hi
+
+
+def geomean_interval(cells, rounds=2000, seed=20261129):
+    """cells: (a's runs, b's runs) per compared case. Returns the geometric
+    mean over the cells of median(a) / median(b), and the 5th and 95th
+    percentiles of that mean over `rounds` redraws, each drawing, per cell,
+    as many runs as each side has (with replacement, each side on its own).
+    A fixed seed: the same runs give the same interval. (None, None, None)
+    without cells or with a value <= 0; the percentiles are None unless
+    every cell has at least two runs a side."""
+    if not cells or any(min(x + y) <= 0 for x, y in cells):
+        return None, None, None
+
+    def gmean(pairs):
+        return math.exp(sum(math.log(statistics.median(x) / statistics.median(y))
+                            for x, y in pairs) / len(pairs))
+
+    point = gmean(cells)
+    if any(len(x) < 2 or len(y) < 2 for x, y in cells):
+        return point, None, None
     rnd = random.Random(seed)
-    means = []
-    for _ in range(rounds):
-        logs = []
-        for k in keys:
-            ma = statistics.median(rnd.choices(a[k], k=len(a[k])))
-            mb = statistics.median(rnd.choices(b[k], k=len(b[k])))
-            logs.append(math.log(ma / mb))
-        means.append(math.exp(sum(logs) / len(logs)))
-    means.sort()
-    return means[int(0.05 * (rounds - 1))], means[int(0.95 * (rounds - 1))]
+    means = sorted(gmean([(rnd.choices(x, k=len(x)), rnd.choices(y, k=len(y))) for x, y in cells])
+                   for _ in range(rounds))
+    return point, means[int(0.05 * (rounds - 1))], means[int(0.95 * (rounds - 1))]
 
 
 def ab_table(runs):
@@ -365,6 +374,7 @@ def busbw_table(runs):
                 ratio = f"{f[size] / n[size]:.2f}" if n[size] > 0 else "-"
                 print(f"| {name[len('nccl-tests.'):]} | {int(size)} | {f[size]} | {n[size]} | {ratio} |")
     return wrong_lib
+
 
 if __name__ == "__main__":
     sys.exit(main())
